@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One-command install into ./.venv (or $VENV): system library, torch first, then the package.
+#   bash scripts/install.sh          # the package
+#   bash scripts/install.sh --test   # the package plus test tools
+# torch is installed before the package so that pip never pulls a multi-GB CUDA build on a
+# CPU machine. On a Jetson, install NVIDIA's torch wheel for your JetPack into the venv first
+# (see README): an existing torch is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+EXTRA=""
+[ "${1:-}" = "--test" ] && EXTRA="[test]"
+
+# open3d's x86-64 wheel needs libusb-1.0 at import time; Debian/Ubuntu images often lack it.
+if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0; then
+  if command -v apt-get >/dev/null; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "installing libusb-1.0-0 (needed by open3d)"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libusb-1.0-0 >/dev/null
+  else
+    echo "warning: libusb-1.0 not found; open3d (sample generation, mesh export) may fail to import" >&2
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+fi
+"$VENV/bin/python" -m pip install -q ".$EXTRA"
+echo "installed into $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,70 @@
+"""Installs the ``slam`` and ``rasterizer`` packages.
+
+Install torch first (a CPU wheel on a laptop/CI, NVIDIA's wheel on a Jetson): the plain ``torch``
+requirement below is then already met and pip pulls no multi-GB CUDA build.
+
+Ahead-of-time build of the rasterizer kernels (deployment, e.g. on a Jetson):
+    SPHERE_RASTER_AOT=1 pip install --no-build-isolation .
+Without it the kernels are compiled just-in-time on first use and cached.
+"""
+import os
+import runpy
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).resolve().parent
+
+
+def rasterizer_extensions():
+    """(ext_modules, cmdclass) for the ahead-of-time build, or empty when not requested."""
+    if os.environ.get("SPHERE_RASTER_AOT", "0") != "1":
+        return [], {}
+    build = runpy.run_path(str(HERE / "rasterizer" / "_build.py"))
+    return build["aot_extensions"]()
+
+
+ext_modules, cmdclass = rasterizer_extensions()
+
+setup(
+    name="sphere-slam",
+    version="0.1.0",
+    description="Sphere-splatting RGB-D SLAM for NVIDIA Jetson: isotropic Gaussians, custom rasterizer",
+    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["slam", "slam.*", "rasterizer", "rasterizer.*"])
+    + ["slam._configs", "slam._sample"],
+    package_dir={"slam._configs": "configs", "slam._sample": "datasets/sample"},
+    package_data={
+        "rasterizer": ["csrc/*", "csrc/**/*"],
+        "slam._configs": ["*.yaml"],
+        "slam._sample": ["*.txt", "*.yaml", "rgb/*", "depth/*"],
+    },
+    install_requires=[
+        "torch>=2.1",
+        "gsplat>=1.4",
+        "open3d>=0.18",
+        "opencv-python-headless>=4.8",
+        "numpy>=1.24",
+        "pyyaml>=6",
+        "rerun-sdk>=0.18",
+        "evo>=1.28",
+        "rosbags>=0.10",
+        "plyfile>=1.0",
+        "tqdm>=4.60",
+        "pytorch-msssim>=1.0",
+        "matplotlib>=3.6",
+        "ninja",
+        "psutil",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+    entry_points={
+        "console_scripts": [
+            "run_slam=slam.cli:main",
+            "slam_eval=slam.eval.cli:main",
+        ]
+    },
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)

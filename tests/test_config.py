@@ -1,0 +1,79 @@
+"""The typed config schema: inheritance, overrides, unknown keys, wrong types, shipped configs."""
+from pathlib import Path
+
+import pytest
+
+from slam.config import Config, ConfigError, dump_config, load_config
+from slam.resources import configs_dir
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_every_shipped_config_loads():
+    names = sorted(p.name for p in configs_dir().glob("*.yaml"))
+    assert {"base.yaml", "default.yaml", "tum.yaml", "7scenes.yaml", "replica.yaml", "rosbag.yaml"} <= set(names)
+    for name in names:
+        assert isinstance(load_config(name), Config)
+
+
+def test_bare_name_resolves_to_shipped_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # works from any folder
+    cfg = load_config("7scenes.yaml")
+    assert cfg.data.dataset == "7scenes"
+    assert load_config("replica").data.intrinsics == [600.0, 600.0, 599.5, 339.5]
+
+
+def test_inheritance_and_override_order(tmp_path):
+    write(tmp_path / "parent.yaml", "tracking: {iters: 7, lr_rot: 0.1}\nmapping: {iters: 3}\n")
+    child = write(tmp_path / "child.yaml", "inherit_from: parent.yaml\ntracking: {iters: 9}\n")
+    cfg = load_config(child, overrides=["mapping.iters=11", "data.intrinsics=[1, 2, 3, 4]"])
+    assert cfg.tracking.iters == 9          # child beats parent
+    assert cfg.tracking.lr_rot == 0.1       # parent kept where the child is silent
+    assert cfg.mapping.iters == 11          # command line beats both
+    assert cfg.data.intrinsics == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_unknown_key_names_key_and_close_match(tmp_path):
+    bad = write(tmp_path / "bad.yaml", "tracking: {itres: 5}\n")
+    with pytest.raises(ConfigError, match=r"tracking\.itres.*did you mean 'tracking\.iters'"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"unknown config key 'trackin'.*'tracking'"):
+        load_config("default.yaml", overrides=["trackin.iters=3"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("tracking.iters=fast", r"tracking\.iters: expected an integer"),
+        ("tracking.iters=2.5", r"tracking\.iters: expected an integer"),
+        ("system.threaded=3", r"system\.threaded: expected true/false"),
+        ("data.dataset=tumm", r"data\.dataset: 'tumm' is not one of .*did you mean 'tum'"),
+        ("data.stride=0", r"data\.stride: must be >= 1"),
+        ("data.intrinsics=[1, 2]", r"data\.intrinsics"),
+        ("mapping.lr_means=[1]", r"mapping\.lr_means: expected a number"),
+    ],
+)
+def test_wrong_values_fail_with_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("default.yaml", overrides=[override])
+
+
+def test_missing_config_and_bad_yaml(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config("nope.yaml")
+    broken = write(tmp_path / "broken.yaml", "tracking: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    cyc = write(tmp_path / "cyc.yaml", "inherit_from: cyc.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(cyc)
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config("default.yaml", overrides=["tracking.iters=13", "output.name=x"])
+    dump_config(cfg, tmp_path / "resolved.yaml")
+    again = load_config(tmp_path / "resolved.yaml")
+    assert again == cfg
