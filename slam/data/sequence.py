@@ -1,0 +1,137 @@
+"""``SequenceSource``: the shared streaming loop of the on-disk datasets (TUM, 7-Scenes, Replica).
+
+A loader builds a list of ``Entry`` (file names, timestamps, pose) from its index files, which is
+cheap; ``first``/``last``/``stride`` slice that list, so unselected frames are never read. Images
+are read one frame at a time while iterating.
+
+Per-frame policy (warn on logger ``slam.data``, count in ``stats``, continue):
+- a missing, empty, truncated or undecodable colour/depth file;
+- a depth image with no valid pixel (all 0, 65535 or NaN) - the tracker cannot use it.
+Fatal policy (``FrameError`` naming the file):
+- colour and depth of different sizes, depth of the wrong dtype, images that contradict the
+  calibration's stated size - the data is not what the loader thinks, every frame would be wrong;
+- a source that ends without delivering a single frame (everything was skipped).
+
+``Frame.index`` is the frame's position in the selected (sliced) list: a skipped frame leaves a
+gap, so indices stay tied to the files on disk. ``Frame.source_id`` names the colour file.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from slam.data.errors import SkipFrame
+from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
+from slam.data.imageio import read_color, read_depth
+from slam.data.preprocess import Preprocessor
+
+log = logging.getLogger("slam.data")
+
+
+@dataclass
+class Entry:
+    """One frame of an on-disk sequence before reading: files, time (s), optional T_wc pose."""
+
+    timestamp: float
+    color: Path
+    depth: Path
+    pose: Optional[np.ndarray] = None      # (4, 4) T_wc if already known
+    pose_file: Optional[Path] = None       # read lazily (7-Scenes keeps one file per frame)
+
+
+def select(n: int, first: int = 0, last: Optional[int] = None, stride: int = 1) -> range:
+    """Indices kept by first/last (exclusive, before stride)/stride out of ``n`` frames."""
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    if first < 0:
+        raise ValueError(f"first must be >= 0, got {first}")
+    stop = n if last is None else min(int(last), n)
+    return range(int(first), max(stop, int(first)), int(stride))
+
+
+def skip_frame(stats, reason: str) -> None:
+    """Warn on logger ``slam.data`` and count the skip in ``stats``."""
+    log.warning("skipping frame: %s", reason)
+    stats.skip(reason)
+
+
+class SequenceSource(FrameSource):
+    """Streams the selected ``Entry`` list of an on-disk dataset (see module docstring)."""
+
+    name = "sequence"
+
+    def __init__(self, entries: List[Entry], K: np.ndarray, distortion: Optional[np.ndarray],
+                 depth_units: float, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
+                 downscale: int = 1, expected_size: Optional[Tuple[int, int]] = None,
+                 where: str = "") -> None:
+        super().__init__()
+        self.where = where
+        self.all_entries = entries
+        self.entries = [entries[i] for i in select(len(entries), first, last, stride)]
+        self.depth_units = float(depth_units)
+        self.expected_size = expected_size  # (width, height) the calibration was made for
+        self.pre = Preprocessor(K, distortion, downscale)
+        self.K = self.pre.K_out
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # ------------------------------------------------------------------ per-frame loading
+    def _read_pose(self, entry: Entry) -> Optional[np.ndarray]:
+        return entry.pose
+
+    def _load(self, index: int, entry: Entry) -> Frame:
+        color = read_color(entry.color)
+        depth = read_depth(entry.depth, self.depth_units)
+        if color.shape[:2] != depth.shape:
+            raise FrameError(
+                f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
+                f"{depth.shape[1]}x{depth.shape[0]}: colour and depth must have the same size"
+            )
+        if self.expected_size is not None and (depth.shape[1], depth.shape[0]) != tuple(self.expected_size):
+            raise FrameError(
+                f"{entry.depth}: image is {depth.shape[1]}x{depth.shape[0]} but the calibration is "
+                f"for {self.expected_size[0]}x{self.expected_size[1]}"
+            )
+        bad = ~np.isfinite(depth)
+        if bad.any():
+            depth[bad] = 0.0
+        if not np.any(depth > 0):
+            raise SkipFrame(f"{entry.depth}: depth has no valid pixel (all 0/65535/NaN)")
+        color, depth, K = self.pre(color, depth)
+        frame = Frame(index=index, timestamp=float(entry.timestamp), color=color, depth=depth, K=K,
+                      distortion=None, gt_pose=self._read_pose(entry), source_id=str(entry.color))
+        return validate_frame(frame)
+
+    def _frames(self) -> Iterator[Frame]:
+        delivered = 0
+        for index, entry in enumerate(self.entries):
+            try:
+                frame = self._load(index, entry)
+            except SkipFrame as skip:
+                skip_frame(self.stats, skip.reason)
+                continue
+            delivered += 1
+            yield frame
+        if delivered == 0 and self.entries:
+            reasons = "; ".join(self.stats.skip_reasons[:3])
+            raise FrameError(f"{self.where}: no usable frame among {len(self.entries)} selected ({reasons})")
+
+    # ------------------------------------------------------------------ ground truth
+    def ground_truth(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Ground truth of the whole sequence (ignores first/last/stride).
+
+        Returns (timestamps (N,) float64 s, poses (N, 4, 4) float64 T_wc) of the frames that have
+        a pose; reads no images.
+        """
+        stamps, poses = [], []
+        for entry in self.all_entries:
+            pose = self._read_pose(entry)
+            if pose is not None:
+                stamps.append(entry.timestamp)
+                poses.append(pose)
+        return np.asarray(stamps, dtype=np.float64), np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)

@@ -1,0 +1,99 @@
+"""Microsoft 7-Scenes loader (one sequence folder).
+
+Layout: ``frame-XXXXXX.color.jpg|png``, ``frame-XXXXXX.depth.png`` (uint16 millimetres; 0 and
+65535 invalid), ``frame-XXXXXX.pose.txt`` (4x4 T_wc), optional ``camera-intrinsics.txt`` (3x3 K).
+There are no timestamps: frame ``n`` (the number in its file name) is at ``n / 30`` s.
+Colour and depth are not registered in 7-Scenes (depth edges sit 10-20 px off); the loader
+delivers them as recorded, with the depth camera's K.
+
+Intrinsics: ``data.intrinsics`` > ``camera-intrinsics.txt`` > the dataset's published model
+(fx = fy = 585, cx = 320, cy = 240, logged). Depth units: ``data.depth_scale`` or 1000 per metre.
+
+Bad input:
+- missing folder, or a folder with no ``frame-*.color.*`` file -> ``DataNotFoundError``.
+- ``camera-intrinsics.txt`` not 3x3 / not a pinhole matrix -> ``CalibrationError``.
+- a pose file that is not 16 numbers -> ``FrameError`` naming it; a pose with inf/NaN (7-Scenes
+  marks tracking failures that way) or a missing pose file -> ``gt_pose = None`` (logged once).
+- missing/unreadable image, all-invalid depth -> per-frame skip (see ``slam.data.sequence``).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from slam.data.errors import CalibrationError, DataNotFoundError
+from slam.data.frame import FrameError
+from slam.data.matrix_io import read_matrix
+from slam.data.preprocess import K_from_params, check_K
+from slam.data.sequence import Entry, SequenceSource
+
+log = logging.getLogger("slam.data")
+
+SEVEN_SCENES_FPS = 30.0
+SEVEN_SCENES_K = (585.0, 585.0, 320.0, 240.0)
+_FRAME_RE = re.compile(r"^frame-(\d+)\.color\.(jpg|png)$")
+
+
+class SevenScenesSource(SequenceSource):
+    """Streams one 7-Scenes sequence folder (see module docstring)."""
+
+    name = "7scenes"
+
+    def __init__(self, path: str | Path, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
+                 downscale: int = 1, intrinsics=None, depth_scale=None) -> None:
+        folder = Path(path)
+        if not folder.is_dir():
+            raise DataNotFoundError(f"{folder}: 7-Scenes sequence folder not found")
+        frames = []
+        for p in folder.iterdir():
+            m = _FRAME_RE.match(p.name)
+            if m:
+                frames.append((int(m.group(1)), p))
+        if not frames:
+            raise DataNotFoundError(f"{folder}: no frame-XXXXXX.color.jpg/png files (not a 7-Scenes sequence)")
+        frames.sort()
+        K = self._intrinsics(folder, intrinsics)
+        units = 1000.0 if depth_scale is None else float(depth_scale)
+        if units <= 0:
+            raise CalibrationError(f"data.depth_scale must be > 0, got {depth_scale}")
+        entries = [
+            Entry(n / SEVEN_SCENES_FPS, p, folder / f"frame-{n:06d}.depth.png",
+                  pose_file=folder / f"frame-{n:06d}.pose.txt")
+            for n, p in frames
+        ]
+        self._warned_pose = False
+        super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
+                         downscale=downscale, where=str(folder))
+
+    @staticmethod
+    def _intrinsics(folder: Path, intrinsics) -> np.ndarray:
+        if intrinsics is not None:
+            return K_from_params(intrinsics, "data.intrinsics")
+        f = folder / "camera-intrinsics.txt"
+        if f.is_file():
+            try:
+                K = read_matrix(f, (3, 3), "intrinsics")
+            except FrameError as exc:  # wrong count / not numbers -> a calibration problem
+                raise CalibrationError(str(exc)) from None
+            return check_K(K, str(f))
+        log.info("%s: no camera-intrinsics.txt, using the published 7-Scenes model %s", folder, SEVEN_SCENES_K)
+        return K_from_params(SEVEN_SCENES_K)
+
+    def _read_pose(self, entry: Entry) -> Optional[np.ndarray]:
+        if entry.pose_file is None or not entry.pose_file.is_file():
+            self._warn_pose(f"{entry.pose_file}: pose file missing, frame has no ground truth")
+            return None
+        T = read_matrix(entry.pose_file, (4, 4), "pose")
+        if not np.all(np.isfinite(T)):
+            self._warn_pose(f"{entry.pose_file}: pose is not finite (tracking failure marker), frame has no ground truth")
+            return None
+        return T
+
+    def _warn_pose(self, msg: str) -> None:
+        if not self._warned_pose:
+            log.warning(msg + " (further such warnings suppressed)")
+            self._warned_pose = True

@@ -1,0 +1,115 @@
+"""``open_source(cfg)``: the one entry point from a ``DataConfig`` to a streaming ``FrameSource``.
+
+Dispatches on ``cfg.dataset`` (tum | 7scenes | replica | rosbag); ``path: sample`` is the bundled
+sample (TUM layout). ``cfg.repeat > 1`` plays the sequence that many times (``RepeatSource``):
+frame indices keep increasing and timestamps are offset so they keep increasing too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+
+from slam.data.frame import Frame, FrameSource
+from slam.resources import resolve_data_path
+
+DATASETS = ("tum", "7scenes", "replica", "rosbag")
+
+
+def open_source(cfg) -> FrameSource:
+    """Open the frame source a ``DataConfig`` describes (nothing is read beyond index files).
+
+    Raises ``DataNotFoundError`` / ``CalibrationError`` / ``FrameError`` with the file and problem.
+    """
+    path = resolve_data_path(cfg.path)
+    common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
+    if cfg.dataset == "tum":
+        from slam.data.tum import TumSource
+        src: FrameSource = TumSource(path, max_time_diff=cfg.max_time_diff, intrinsics=cfg.intrinsics,
+                                     distortion=cfg.distortion, depth_scale=cfg.depth_scale, **common)
+    elif cfg.dataset == "7scenes":
+        from slam.data.sevenscenes import SevenScenesSource
+        src = SevenScenesSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale, **common)
+    elif cfg.dataset == "replica":
+        from slam.data.replica import ReplicaSource
+        src = ReplicaSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale, **common)
+    elif cfg.dataset == "rosbag":
+        from slam.data.rosbag import RosbagSource
+        src = RosbagSource(path, color_topic=cfg.color_topic, depth_topic=cfg.depth_topic,
+                           camera_info_topic=cfg.camera_info_topic, max_time_diff=cfg.max_time_diff,
+                           intrinsics=cfg.intrinsics, distortion=cfg.distortion,
+                           depth_scale=cfg.depth_scale, **common)
+    else:
+        raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
+    repeat = int(getattr(cfg, "repeat", 1) or 1)
+    return RepeatSource(src, repeat) if repeat > 1 else src
+
+
+def load_ground_truth(cfg) -> Tuple[np.ndarray, np.ndarray]:
+    """Ground truth of the whole sequence a ``DataConfig`` names, without reading images.
+
+    Returns (timestamps (N,) s, poses (N, 4, 4) T_wc) in the timestamps the loader gives its
+    frames (so an estimated trajectory written from ``Frame.timestamp`` associates exactly).
+    Raises ``FrameError`` for a source that has no ground truth (bags).
+    """
+    from slam.data.frame import FrameError
+
+    if cfg.dataset == "rosbag":
+        raise FrameError(f"{cfg.path}: bags carry no ground truth; pass a TUM file with --gt")
+    src = open_source(cfg)
+    inner = src.inner if isinstance(src, RepeatSource) else src
+    return inner.ground_truth()
+
+
+class RepeatSource(FrameSource):
+    """Plays ``inner`` ``repeat`` times (soak tests).
+
+    Pass ``k`` delivers index ``k * len(inner) + i`` and timestamp ``t + k * period`` where
+    ``period = t_last - t_first + dt`` of the first pass (dt = median frame interval, 1/30 s for a
+    single frame). Shares ``inner.stats`` so skips of every pass are counted.
+    """
+
+    def __init__(self, inner: FrameSource, repeat: int) -> None:
+        super().__init__()
+        if repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {repeat}")
+        self.inner = inner
+        self.repeat = int(repeat)
+        self.name = getattr(inner, "name", "source")
+        self.stats = inner.stats
+
+    def __len__(self) -> int:
+        return len(self.inner) * self.repeat
+
+    def __getattr__(self, item):  # K, calibration, ... of the wrapped loader
+        if item == "inner":
+            raise AttributeError(item)
+        return getattr(self.inner, item)
+
+    def _frames(self) -> Iterator[Frame]:
+        try:
+            n = len(self.inner)
+        except TypeError:
+            n = None
+        period: Optional[float] = None
+        index_offset = 0
+        for k in range(self.repeat):
+            stamps = []
+            max_index = -1
+            for frame in self.inner._frames():
+                stamps.append(frame.timestamp)
+                max_index = max(max_index, frame.index)
+                if k == 0:
+                    yield frame
+                else:
+                    object.__setattr__(frame, "index", frame.index + index_offset)
+                    object.__setattr__(frame, "timestamp", frame.timestamp + k * period)
+                    yield frame
+            if k == 0:
+                dt = float(np.median(np.diff(stamps))) if len(stamps) > 1 else 1 / 30
+                period = (stamps[-1] - stamps[0] + dt) if stamps else 0.0
+            index_offset += n if n is not None else max_index + 1
+
+    def close(self) -> None:
+        self.inner.close()
