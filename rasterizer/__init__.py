@@ -1,0 +1,172 @@
+"""Differentiable rasterizer for isotropic 3D Gaussians ("spheres").
+
+Usage::
+
+    import rasterizer
+    out = rasterizer.rasterize_spheres(means, radii, colors, opacities, K, width, height)
+    out.color  # (H, W, 3)   out.depth  # (H, W)   out.alpha  # (H, W)
+
+The model (identical in every backend: ``reference``, ``cpu``, ``cuda``; ``gsplat`` differs as
+noted below)
+--------------------------------------------------------------------------------------------------
+Inputs are in the camera frame (OpenCV: x right, y down, z forward, metres). Sphere i has centre
+(x, y, z), radius r > 0 (its one scale: the standard deviation of the 3D Gaussian, metres),
+colour c (3 values) and opacity o in [0, 1].
+
+* Projection: u = fx*x/z + cx, v = fy*y/z + cy. Pixel centres follow OpenCV: pixel (column i,
+  row j) has its centre at (u, v) = (i, j).
+* Footprint: a circle-like Gaussian with per-axis screen-space variance
+  sx^2 = (fx*r/z)^2 + 0.3,  sy^2 = (fy*r/z)^2 + 0.3  (px^2; 0.3 is a low-pass term, as gsplat's
+  eps2d). No covariance matrices, no rotation.
+* Culling: spheres with z <= 0.01 m or z > 100 m are dropped, as are spheres whose 3-sigma box
+  (|du| <= 3 sx, |dv| <= 3 sy) contains no pixel centre of the image.
+* At pixel centre p: q = du^2/sx^2 + dv^2/sy^2 with (du, dv) = p - (u, v). The sphere is skipped
+  where q > 9 (outside its 3-sigma ellipse; this makes the result independent of tiling).
+  Otherwise a = min(0.99, o * exp(-q/2)), and the sphere is skipped where a < 1/255.
+* Compositing, front to back in ascending z (ties: lower sphere index first): T_1 = 1,
+  w_i = a_i T_i, T_{i+1} = T_i (1 - a_i); a pixel stops at the first sphere that would take T to
+  <= 1e-4 (that sphere is not blended; gsplat's rule).
+* Outputs: color = sum_i w_i c_i + T_final * background; alpha = 1 - T_final;
+  depth = (sum_i w_i z_i) / alpha where alpha > 1e-6, else 0 (expected depth of the blended
+  spheres; the normalisation is done in PyTorch on top of every backend).
+* Gradients reach means, radii, colors and opacities (not K or background). Where o*G > 0.99
+  (clamped alpha) the gradient through that alpha is zero. The cut-offs (q > 9, a < 1/255,
+  T <= 1e-4) are treated as constants.
+
+Per-sphere statistics (for the pruner): pass ``stats=SphereStats(N, device)``; set
+``stats.pixel_error = err.detach()`` ((H, W), e.g. the L1 error) after the forward and before
+``loss.backward()``. The backward pass of that render ADDS into ``stats.weight_sum`` (sum over
+pixels of w_ip), ``stats.error_sum`` (sum over pixels of w_ip * e_p) and ``stats.count`` (number of
+pixels where the sphere was blended). At least one input must require grad for the backward (and so
+the statistics) to run. Not available with backend='gsplat'.
+
+Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
+on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
+``gsplat`` (gsplat.rasterization with scales = r, identity rotations; for comparison only: it
+projects with the full perspective Jacobian, so off-axis footprints differ slightly, clamps alpha at
+0.999 and has no 3-sigma ellipse test).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from . import _model
+from ._model import DEPTH_EPS
+
+__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS"]
+
+BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
+
+
+class RasterOutput(NamedTuple):
+    color: torch.Tensor  # (H, W, 3)
+    depth: torch.Tensor  # (H, W) expected depth, 0 where alpha <= DEPTH_EPS
+    alpha: torch.Tensor  # (H, W)
+
+
+class SphereStats:
+    """Per-sphere statistics accumulated by the backward pass of a render (see module docstring).
+
+    Fields: ``weight_sum``, ``error_sum``, ``count`` - (N,) float32 on ``device``;
+    ``pixel_error`` - (H, W) tensor or None, set by the caller before ``backward()``.
+    """
+
+    def __init__(self, n: int, device="cpu"):
+        self.weight_sum = torch.zeros(n, device=device, dtype=torch.float32)
+        self.error_sum = torch.zeros(n, device=device, dtype=torch.float32)
+        self.count = torch.zeros(n, device=device, dtype=torch.float32)
+        self.pixel_error: Optional[torch.Tensor] = None
+
+    def zero_(self) -> "SphereStats":
+        self.weight_sum.zero_()
+        self.error_sum.zero_()
+        self.count.zero_()
+        return self
+
+
+def _validate(means, radii, colors, opacities, K, width, height, background, backend, stats):
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    for name, t in (("means", means), ("radii", radii), ("colors", colors),
+                    ("opacities", opacities), ("K", K)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if means.dim() != 2 or means.shape[1] != 3:
+        raise ValueError(f"means must have shape (N, 3), got {tuple(means.shape)}")
+    n = means.shape[0]
+    if radii.shape != (n,):
+        raise ValueError(f"radii must have shape ({n},), got {tuple(radii.shape)}")
+    if colors.shape != (n, 3):
+        raise ValueError(f"colors must have shape ({n}, 3), got {tuple(colors.shape)}")
+    if opacities.shape != (n,):
+        raise ValueError(f"opacities must have shape ({n},), got {tuple(opacities.shape)}")
+    if K.shape != (3, 3):
+        raise ValueError(f"K must be a 3x3 intrinsics matrix, got shape {tuple(K.shape)}")
+    for name, v in (("width", width), ("height", height)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    allowed = (torch.float32, torch.float64) if backend == "reference" else (torch.float32,)
+    for name, t in (("means", means), ("radii", radii), ("colors", colors),
+                    ("opacities", opacities)):
+        if t.dtype not in allowed:
+            raise TypeError(f"{name} must be float32 (float64 only with backend='reference'), "
+                            f"got {t.dtype}")
+        if t.dtype != means.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but means has {means.dtype}")
+        if t.device != means.device:
+            raise ValueError(f"{name} is on {t.device} but means is on {means.device}")
+    if background is not None and (not isinstance(background, torch.Tensor)
+                                   or background.shape != (3,)):
+        raise ValueError("background must be a (3,) tensor or None")
+    if stats is not None:
+        if not isinstance(stats, SphereStats):
+            raise TypeError("stats must be a rasterizer.SphereStats")
+        if stats.weight_sum.shape != (n,) or stats.weight_sum.device != means.device:
+            raise ValueError(f"stats must hold ({n},) buffers on {means.device}")
+
+
+def rasterize_spheres(means, radii, colors, opacities, K, width, height, background=None,
+                      backend="auto", stats=None) -> RasterOutput:
+    """Render spheres into colour, expected depth and alpha images.
+
+    Args:
+        means: (N, 3) camera-frame centres, metres (float32; float64 with backend='reference').
+        radii: (N,) radii (3D standard deviation), metres, > 0.
+        colors: (N, 3) colours.  opacities: (N,) in [0, 1].
+        K: (3, 3) pinhole intrinsics (any device). width, height: image size in px.
+        background: (3,) colour behind the spheres, or None for black.
+        backend: 'auto' | 'cuda' | 'cpu' | 'reference' | 'gsplat'.
+        stats: optional SphereStats that the backward pass adds into.
+    Returns:
+        RasterOutput(color (H, W, 3), depth (H, W) metres, alpha (H, W)).
+    """
+    _validate(means, radii, colors, opacities, K, width, height, background, backend, stats)
+    if backend == "auto":
+        backend = "cuda" if means.is_cuda else "cpu"
+    if backend in ("cuda", "gsplat") and not means.is_cuda:
+        raise ValueError(f"backend={backend!r} needs CUDA tensors (means is on {means.device})")
+    if backend == "cpu" and means.device.type != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
+    if background is None:
+        background = means.new_zeros(3)
+    background = background.detach().to(means.device, means.dtype)
+    K = K.detach()
+    if backend == "reference":
+        from .reference import render_reference
+        color, dacc, alpha = render_reference(means, radii, colors, opacities, K.to(means.device),
+                                              width, height, background, stats)
+    elif backend == "gsplat":
+        if stats is not None:
+            raise NotImplementedError("per-sphere statistics are not available with backend='gsplat'")
+        from .functions import gsplat_render
+        color, dacc, alpha = gsplat_render(means, radii, colors, opacities, K.to(means.device),
+                                           width, height, background)
+    else:
+        from .functions import tiled
+        color, dacc, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
+                                   background, stats)
+    valid = alpha > DEPTH_EPS
+    depth = torch.where(valid, dacc / alpha.clamp_min(DEPTH_EPS), torch.zeros_like(dacc))
+    return RasterOutput(color, depth, alpha)

@@ -1,0 +1,115 @@
+"""Build parameters of the rasterizer's C++/CUDA extensions, for both builds:
+
+* just-in-time: :func:`load_jit` compiles with ``torch.utils.cpp_extension.load`` on first use and
+  caches the result under ``$SPHERE_RASTER_CACHE`` (default ``~/.cache/sphere_rasterizer``);
+* ahead-of-time: :func:`aot_extensions` returns ``(ext_modules, cmdclass)`` for setup.py
+  (``SPHERE_RASTER_AOT=1 pip install --no-build-isolation .``).
+
+``TORCH_CUDA_ARCH_LIST`` and ``MAX_JOBS`` are honoured by torch's builder in both cases.
+setup.py loads this file with runpy, so it must not import the ``rasterizer`` package.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+CPU_NAME = "_sphere_raster_cpu"
+CUDA_NAME = "_sphere_raster_cuda"
+CPU_SOURCES = ["raster_cpu.cpp"]
+CUDA_SOURCES = ["raster_cuda.cu", "bind_cuda.cpp"]
+
+
+def _openmp_flags():
+    if sys.platform == "darwin":  # Apple clang has no -fopenmp; the kernel then runs serially
+        return [], []
+    if sys.platform == "win32":
+        return ["/openmp"], []
+    return ["-fopenmp"], ["-fopenmp"]
+
+
+def cxx_flags():
+    omp_c, _ = _openmp_flags()
+    return ["-O3"] + omp_c
+
+
+def ld_flags():
+    return _openmp_flags()[1]
+
+
+def nvcc_flags():
+    # Nothing newer than CUDA 11.4 allows; no --use_fast_math (the kernels call __expf where wanted).
+    return ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
+
+
+def _sources(names):
+    return [str(CSRC / s) for s in names]
+
+
+def cache_dir(name: str) -> Path:
+    import torch
+
+    root = Path(os.environ.get("SPHERE_RASTER_CACHE", Path.home() / ".cache" / "sphere_rasterizer"))
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}"
+    d = root / tag.replace("+", "_") / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def load_jit(kind: str):
+    """Compile (first use) or load from the cache the ``cpu`` or ``cuda`` extension module."""
+    from torch.utils import cpp_extension
+
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        raise RuntimeError(
+            f"sphere rasterizer: no C++ compiler found ('{cxx}' is not on PATH). Install g++ "
+            "(e.g. apt-get install g++) or set CXX, or use backend='reference'.")
+    if kind == "cpu":
+        name, sources, cuda_flags = CPU_NAME, _sources(CPU_SOURCES), None
+    elif kind == "cuda":
+        nvcc = Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
+        if cpp_extension.CUDA_HOME is None or not nvcc.exists():
+            raise RuntimeError(
+                "sphere rasterizer: nvcc not found (set CUDA_HOME to the CUDA toolkit, e.g. "
+                "/usr/local/cuda) - needed to compile the CUDA kernels; use backend='cpu' otherwise.")
+        name, sources, cuda_flags = CUDA_NAME, _sources(CUDA_SOURCES), nvcc_flags()
+    else:
+        raise ValueError(kind)
+    build_dir = cache_dir(name)
+    if not any(build_dir.glob(f"{name}*.so")) and not any(build_dir.glob(f"{name}*.pyd")):
+        print(f"sphere rasterizer: compiling the {kind.upper()} kernels (first use, ~1 min; cached "
+              f"in {build_dir})...", file=sys.stderr, flush=True)
+    mod = cpp_extension.load(
+        name=name, sources=sources, extra_cflags=cxx_flags(), extra_cuda_cflags=cuda_flags,
+        extra_ldflags=ld_flags(), extra_include_paths=[str(CSRC)], build_directory=str(build_dir),
+        verbose=os.environ.get("SPHERE_RASTER_VERBOSE", "0") == "1")
+    return mod
+
+
+def aot_extensions():
+    """(ext_modules, cmdclass) for setup.py: the CPU extension always, the CUDA one when torch
+    was built with CUDA and a CUDA toolkit is found (or SPHERE_RASTER_CUDA=1 forces it).
+    Source paths are relative to the repository root (setup.py's directory)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    root = CSRC.parent.parent
+
+    def rel(names):
+        return [os.path.relpath(CSRC / s, root) for s in names]
+
+    inc = [str(CSRC)]
+    exts = [cpp_extension.CppExtension(
+        name=f"rasterizer.{CPU_NAME}", sources=rel(CPU_SOURCES), include_dirs=inc,
+        extra_compile_args={"cxx": cxx_flags()}, extra_link_args=ld_flags())]
+    want_cuda = os.environ.get("SPHERE_RASTER_CUDA")
+    if want_cuda == "1" or (want_cuda != "0" and torch.version.cuda is not None
+                            and cpp_extension.CUDA_HOME is not None):
+        exts.append(cpp_extension.CUDAExtension(
+            name=f"rasterizer.{CUDA_NAME}", sources=rel(CUDA_SOURCES), include_dirs=inc,
+            extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags()}))
+    return exts, {"build_ext": cpp_extension.BuildExtension}

@@ -1,0 +1,307 @@
+// CPU (C++/OpenMP) backend of the sphere rasterizer: the same tiled algorithm as the CUDA kernels
+// (project -> bin into 16x16 tiles in (tile, depth, index) order -> per-tile front-to-back blend ->
+// back-to-front backward), with the per-pixel math shared through sphere_math.h.
+// Tiles run in parallel; the backward writes one record per (tile, sphere) intersection and then
+// reduces the records per sphere in list order, so results are deterministic for any thread count.
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "sphere_math.h"
+
+namespace {
+
+void check_input(const at::Tensor& t, const char* name, int64_t cols) {
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  if (cols > 0) TORCH_CHECK(t.dim() == 2 && t.size(1) == cols, name, " must have shape (N, ", cols, ")");
+}
+
+sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
+  sr::Camera cam;
+  cam.fx = (float)fx;
+  cam.fy = (float)fy;
+  cam.cx = (float)cx;
+  cam.cy = (float)cy;
+  cam.width = (int)width;
+  cam.height = (int)height;
+  cam.tiles_x = (int)((width + sr::kTile - 1) / sr::kTile);
+  cam.tiles_y = (int)((height + sr::kTile - 1) / sr::kTile);
+  return cam;
+}
+
+int num_threads() { return std::max(1, at::get_num_threads()); }
+
+// Per-tile copy of the data of the spheres in the tile's list (cache-friendly, like the CUDA
+// kernel's shared-memory batches).
+struct TileSpheres {
+  std::vector<sr::Splat> splat;
+  std::vector<float> o, c, z;
+  void load(int64_t begin, int64_t end, const int32_t* ids, const sr::Splat* splats,
+            const float* opac, const float* colors, const float* means) {
+    const int64_t n = end - begin;
+    splat.resize(n);
+    o.resize(n);
+    c.resize(3 * n);
+    z.resize(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t i = ids[begin + j];
+      splat[j] = splats[i];
+      o[j] = opac[i];
+      c[3 * j] = colors[3 * i];
+      c[3 * j + 1] = colors[3 * i + 1];
+      c[3 * j + 2] = colors[3 * i + 2];
+      z[j] = means[3 * i + 2];
+    }
+  }
+};
+
+}  // namespace
+
+// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), T_final (H,W), last (H,W) int32,
+//          splats (N,4), ids (M,) int32, ranges (tiles,2) int32].
+std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
+                                const at::Tensor& colors, const at::Tensor& opacities,
+                                const at::Tensor& background, double fx, double fy, double cx,
+                                double cy, int64_t width, int64_t height) {
+  check_input(means, "means", 3);
+  check_input(colors, "colors", 3);
+  check_input(radii, "radii", 0);
+  check_input(opacities, "opacities", 0);
+  check_input(background, "background", 0);
+  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const int64_t n = means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  const float* mp = means.data_ptr<float>();
+  const float* rp = radii.data_ptr<float>();
+  const float* cp = colors.data_ptr<float>();
+  const float* op = opacities.data_ptr<float>();
+  const float* bg = background.data_ptr<float>();
+
+  auto fopt = means.options();
+  at::Tensor splats_t = at::zeros({n, 4}, fopt);
+  sr::Splat* splats = reinterpret_cast<sr::Splat*>(splats_t.data_ptr<float>());
+  std::vector<int> rect(4 * n, 0), count(n, 0);
+
+  // 1. project
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    sr::Splat s;
+    if (!sr::project_sphere(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], cam, s)) continue;
+    splats[i] = s;
+    count[i] = sr::tile_rect(s, cam, rect[4 * i], rect[4 * i + 1], rect[4 * i + 2], rect[4 * i + 3]);
+  }
+
+  // 2. depth order of the spheres that touch a tile (stable: ties by index)
+  std::vector<int32_t> order;
+  order.reserve(n);
+  for (int64_t i = 0; i < n; ++i)
+    if (count[i] > 0) order.push_back((int32_t)i);
+  std::stable_sort(order.begin(), order.end(),
+                   [mp](int32_t a, int32_t b) { return mp[3 * a + 2] < mp[3 * b + 2]; });
+
+  // 3. stable counting sort of the (tile, sphere) intersections by tile
+  std::vector<int64_t> tile_start(n_tiles + 1, 0);
+  for (int32_t i : order)
+    for (int ty = rect[4 * i + 2]; ty < rect[4 * i + 3]; ++ty)
+      for (int tx = rect[4 * i]; tx < rect[4 * i + 1]; ++tx) tile_start[ty * cam.tiles_x + tx + 1]++;
+  for (int t = 0; t < n_tiles; ++t) tile_start[t + 1] += tile_start[t];
+  const int64_t m = tile_start[n_tiles];
+  at::Tensor ids_t = at::empty({m}, fopt.dtype(at::kInt));
+  at::Tensor ranges_t = at::empty({n_tiles, 2}, fopt.dtype(at::kInt));
+  int32_t* ids = ids_t.data_ptr<int32_t>();
+  int32_t* ranges = ranges_t.data_ptr<int32_t>();
+  {
+    std::vector<int64_t> cursor(tile_start.begin(), tile_start.end() - 1);
+    for (int32_t i : order)
+      for (int ty = rect[4 * i + 2]; ty < rect[4 * i + 3]; ++ty)
+        for (int tx = rect[4 * i]; tx < rect[4 * i + 1]; ++tx) ids[cursor[ty * cam.tiles_x + tx]++] = i;
+    for (int t = 0; t < n_tiles; ++t) {
+      ranges[2 * t] = (int32_t)tile_start[t];
+      ranges[2 * t + 1] = (int32_t)tile_start[t + 1];
+    }
+  }
+
+  // 4. blend each tile front to back
+  at::Tensor color_t = at::empty({height, width, 3}, fopt);
+  at::Tensor dacc_t = at::empty({height, width}, fopt);
+  at::Tensor alpha_t = at::empty({height, width}, fopt);
+  at::Tensor tfinal_t = at::empty({height, width}, fopt);
+  at::Tensor last_t = at::empty({height, width}, fopt.dtype(at::kInt));
+  float* color = color_t.data_ptr<float>();
+  float* dacc = dacc_t.data_ptr<float>();
+  float* alpha = alpha_t.data_ptr<float>();
+  float* tfinal = tfinal_t.data_ptr<float>();
+  int32_t* last = last_t.data_ptr<int32_t>();
+
+#pragma omp parallel num_threads(num_threads())
+  {
+    TileSpheres ts;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < n_tiles; ++t) {
+      const int64_t begin = ranges[2 * t], end = ranges[2 * t + 1];
+      ts.load(begin, end, ids, splats, op, cp, mp);
+      const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
+      const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
+      for (int py = y0; py < y1; ++py)
+        for (int px = x0; px < x1; ++px) {
+          float T = 1.f, c0 = 0.f, c1 = 0.f, c2 = 0.f, d = 0.f;
+          int64_t stop = begin;
+          for (int64_t j = 0; j < end - begin; ++j) {
+            float a, G, du, dv, w;
+            if (!sr::eval_alpha((float)px, (float)py, ts.splat[j], ts.o[j], a, G, du, dv)) continue;
+            if (!sr::blend_step(a, T, w)) break;
+            c0 += w * ts.c[3 * j];
+            c1 += w * ts.c[3 * j + 1];
+            c2 += w * ts.c[3 * j + 2];
+            d += w * ts.z[j];
+            stop = begin + j + 1;
+          }
+          const int64_t p = (int64_t)py * cam.width + px;
+          color[3 * p] = c0 + T * bg[0];
+          color[3 * p + 1] = c1 + T * bg[1];
+          color[3 * p + 2] = c2 + T * bg[2];
+          dacc[p] = d;
+          alpha[p] = 1.f - T;
+          tfinal[p] = T;
+          last[p] = (int32_t)stop;
+        }
+    }
+  }
+  return {color_t, dacc_t, alpha_t, tfinal_t, last_t, splats_t, ids_t, ranges_t};
+}
+
+// Record layout per intersection: gu gv gs2 gz gc0 gc1 gc2 go | w  w*e  count
+constexpr int kRec = 11;
+
+// Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] and adds
+// the statistics into stat_w / stat_e / stat_n when they are defined (non-empty).
+std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radii,
+                                 const at::Tensor& colors, const at::Tensor& opacities,
+                                 const at::Tensor& background, double fx, double fy, double cx,
+                                 double cy, int64_t width, int64_t height, const at::Tensor& splats_t,
+                                 const at::Tensor& ids_t, const at::Tensor& ranges_t,
+                                 const at::Tensor& tfinal_t, const at::Tensor& last_t,
+                                 const at::Tensor& g_color_t, const at::Tensor& g_dacc_t,
+                                 const at::Tensor& g_alpha_t, const at::Tensor& pixel_err_t,
+                                 at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
+  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const int64_t n = means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  const int64_t m = ids_t.numel();
+  const bool with_stats = stat_w.defined() && stat_w.numel() == n && n > 0;
+  const bool with_err = with_stats && pixel_err_t.defined() && pixel_err_t.numel() == width * height;
+  for (auto* t : {&g_color_t, &g_dacc_t, &g_alpha_t}) check_input(*t, "output gradient", 0);
+  const float* mp = means.data_ptr<float>();
+  const float* rp = radii.data_ptr<float>();
+  const float* cp = colors.data_ptr<float>();
+  const float* op = opacities.data_ptr<float>();
+  const float* bg = background.data_ptr<float>();
+  const sr::Splat* splats = reinterpret_cast<const sr::Splat*>(splats_t.data_ptr<float>());
+  const int32_t* ids = ids_t.data_ptr<int32_t>();
+  const int32_t* ranges = ranges_t.data_ptr<int32_t>();
+  const float* tfinal = tfinal_t.data_ptr<float>();
+  const int32_t* last = last_t.data_ptr<int32_t>();
+  const float* gcol = g_color_t.data_ptr<float>();
+  const float* gdep = g_dacc_t.data_ptr<float>();
+  const float* galp = g_alpha_t.data_ptr<float>();
+  at::Tensor err_c;
+  const float* err = nullptr;
+  if (with_err) {
+    err_c = pixel_err_t.to(at::kFloat).contiguous();
+    err = err_c.data_ptr<float>();
+  }
+  std::vector<float> rec((size_t)m * kRec, 0.f);
+
+#pragma omp parallel num_threads(num_threads())
+  {
+    TileSpheres ts;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < n_tiles; ++t) {
+      const int64_t begin = ranges[2 * t], end = ranges[2 * t + 1];
+      if (begin == end) continue;
+      ts.load(begin, end, ids, splats, op, cp, mp);
+      const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
+      const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
+      for (int py = y0; py < y1; ++py)
+        for (int px = x0; px < x1; ++px) {
+          const int64_t p = (int64_t)py * cam.width + px;
+          const float gc0 = gcol[3 * p], gc1 = gcol[3 * p + 1], gc2 = gcol[3 * p + 2];
+          const float gd = gdep[p];
+          const float e = err ? err[p] : 0.f;
+          float T = tfinal[p];
+          float R = T * (gc0 * bg[0] + gc1 * bg[1] + gc2 * bg[2] - galp[p]);
+          for (int64_t k = (int64_t)last[p] - 1; k >= begin; --k) {
+            const int64_t j = k - begin;
+            float a, G, du, dv, w;
+            if (!sr::eval_alpha((float)px, (float)py, ts.splat[j], ts.o[j], a, G, du, dv)) continue;
+            const float* c = &ts.c[3 * j];
+            const float gf = gc0 * c[0] + gc1 * c[1] + gc2 * c[2] + gd * ts.z[j];
+            const float dLda = sr::unblend_step(a, gf, T, R, w);
+            const sr::SplatGrad g = sr::alpha_backward(dLda, ts.o[j], G, du, dv, ts.splat[j], cam);
+            float* r = &rec[(size_t)k * kRec];
+            r[0] += g.gu;
+            r[1] += g.gv;
+            r[2] += g.gs2;
+            r[3] += w * gd;
+            r[4] += w * gc0;
+            r[5] += w * gc1;
+            r[6] += w * gc2;
+            r[7] += g.go;
+            r[8] += w;
+            r[9] += w * e;
+            r[10] += 1.f;
+          }
+        }
+    }
+  }
+
+  // Reduce the records per sphere in list order (deterministic).
+  std::vector<float> acc((size_t)n * kRec, 0.f);
+  for (int64_t k = 0; k < m; ++k) {
+    float* a = &acc[(size_t)ids[k] * kRec];
+    const float* r = &rec[(size_t)k * kRec];
+    for (int c = 0; c < kRec; ++c) a[c] += r[c];
+  }
+
+  auto fopt = means.options();
+  at::Tensor g_means = at::zeros({n, 3}, fopt), g_radii = at::zeros({n}, fopt);
+  at::Tensor g_colors = at::zeros({n, 3}, fopt), g_opac = at::zeros({n}, fopt);
+  float* gm = g_means.data_ptr<float>();
+  float* gr = g_radii.data_ptr<float>();
+  float* gcs = g_colors.data_ptr<float>();
+  float* go = g_opac.data_ptr<float>();
+  float* sw = with_stats ? stat_w.data_ptr<float>() : nullptr;
+  float* se = with_stats ? stat_e.data_ptr<float>() : nullptr;
+  float* sn = with_stats ? stat_n.data_ptr<float>() : nullptr;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* a = &acc[(size_t)i * kRec];
+    if (a[10] == 0.f) continue;  // never blended
+    sr::project_backward(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], cam, a[0], a[1], a[2],
+                         a[3], gm[3 * i], gm[3 * i + 1], gm[3 * i + 2], gr[i]);
+    gcs[3 * i] = a[4];
+    gcs[3 * i + 1] = a[5];
+    gcs[3 * i + 2] = a[6];
+    go[i] = a[7];
+    if (sw) {
+      sw[i] += a[8];
+      se[i] += a[9];
+      sn[i] += a[10];
+    }
+  }
+  return {g_means, g_radii, g_colors, g_opac};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Sphere rasterizer, CPU kernels";
+  m.def("forward", &forward, "tiled forward (CPU)");
+  m.def("backward", &backward, "tiled backward (CPU)");
+}

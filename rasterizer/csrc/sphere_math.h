@@ -1,0 +1,155 @@
+// Per-sphere and per-pixel math of the sphere rasterizer, shared by the CPU (C++/OpenMP) and
+// CUDA kernels. Every function here is __host__ __device__ under nvcc and plain inline otherwise,
+// so both backends evaluate exactly the same model (see rasterizer/__init__.py for the maths).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SR_HD __host__ __device__ __forceinline__
+#else
+#define SR_HD inline
+#endif
+
+namespace sr {
+
+// Model constants. rasterizer/_model.py holds the same numbers (a test compares them).
+constexpr float kNear = 0.01f;        // cull z <= kNear (metres)
+constexpr float kFar = 100.0f;        // cull z > kFar (metres)
+constexpr float kLowPass = 0.3f;      // px^2 added to the screen-space variance per axis
+constexpr float kAlphaMax = 0.99f;    // a_i = min(kAlphaMax, o_i * G)
+constexpr float kAlphaMin = 1.0f / 255.0f;  // skip a_i < kAlphaMin
+constexpr float kTMin = 1e-4f;        // stop before transmittance would drop to <= kTMin
+constexpr float kCutoffQ = 9.0f;      // skip pixels outside the 3-sigma ellipse (q > 9)
+constexpr int kTile = 16;             // tile side in pixels
+constexpr int kTilePixels = kTile * kTile;
+
+struct Camera {
+  float fx, fy, cx, cy;
+  int width, height;
+  int tiles_x, tiles_y;
+};
+
+SR_HD float sr_exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return __expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// Screen-space parameters of one sphere: centre (u, v) in px and inverse variances per axis.
+struct Splat {
+  float u, v, ia, ic;
+};
+
+// Projects a sphere (camera frame, metres). Returns false when culled by depth.
+SR_HD bool project_sphere(float x, float y, float z, float r, const Camera& cam, Splat& s) {
+  if (!(z > kNear) || !(z <= kFar)) return false;  // also rejects NaN
+  const float iz = 1.0f / z;
+  s.u = cam.fx * x * iz + cam.cx;
+  s.v = cam.fy * y * iz + cam.cy;
+  const float s2 = (r * iz) * (r * iz);
+  s.ia = 1.0f / (cam.fx * cam.fx * s2 + kLowPass);
+  s.ic = 1.0f / (cam.fy * cam.fy * s2 + kLowPass);
+  return true;
+}
+
+// Tile rectangle [tx0, tx1) x [ty0, ty1) covering every pixel centre within 3 sigma of the
+// centre per axis (a box around the 3-sigma ellipse). Returns the tile count (0 = off-screen).
+SR_HD int tile_rect(const Splat& s, const Camera& cam, int& tx0, int& tx1, int& ty0, int& ty1) {
+  const float rx = 3.0f * sqrtf(1.0f / s.ia);
+  const float ry = 3.0f * sqrtf(1.0f / s.ic);
+  const float umin = fmaxf(s.u - rx, 0.0f), umax = fminf(s.u + rx, (float)(cam.width - 1));
+  const float vmin = fmaxf(s.v - ry, 0.0f), vmax = fminf(s.v + ry, (float)(cam.height - 1));
+  if (!(umin <= umax) || !(vmin <= vmax)) return 0;
+  const int px0 = (int)ceilf(umin), px1 = (int)floorf(umax);
+  const int py0 = (int)ceilf(vmin), py1 = (int)floorf(vmax);
+  if (px0 > px1 || py0 > py1) return 0;  // no pixel centre inside the box
+  tx0 = px0 / kTile;
+  tx1 = px1 / kTile + 1;
+  ty0 = py0 / kTile;
+  ty1 = py1 / kTile + 1;
+  return (tx1 - tx0) * (ty1 - ty0);
+}
+
+// Opacity of a splat at pixel centre (px, py). Returns false when the sphere does not contribute
+// (outside the 3-sigma ellipse or a < kAlphaMin). G is the unclamped Gaussian value.
+SR_HD bool eval_alpha(float px, float py, const Splat& s, float o, float& a, float& G, float& du,
+                      float& dv) {
+  du = px - s.u;
+  dv = py - s.v;
+  const float q = du * du * s.ia + dv * dv * s.ic;
+  if (!(q <= kCutoffQ)) return false;
+  G = sr_exp(-0.5f * q);
+  a = fminf(kAlphaMax, o * G);
+  return a >= kAlphaMin;
+}
+
+// Front-to-back step. Returns false when blending a would take T to <= kTMin: then the pixel is
+// finished and this sphere is not blended. Otherwise returns the blend weight in w, updates T.
+SR_HD bool blend_step(float a, float& T, float& w) {
+  const float next_T = T * (1.0f - a);
+  if (next_T <= kTMin) return false;
+  w = a * T;
+  T = next_T;
+  return true;
+}
+
+// Back-to-front step of the backward pass. On entry T is the transmittance after this sphere and
+// R = sum over later spheres j of (g.f_j) w_j + T_final * (gC.bg - gA). gf = gC.c + gD*z for this
+// sphere. On exit T is the transmittance in front of this sphere, R includes it, and w is its
+// blend weight. Returns dL/da.
+SR_HD float unblend_step(float a, float gf, float& T, float& R, float& w) {
+  const float one_minus_a = 1.0f - a;
+  T = T / one_minus_a;
+  w = a * T;
+  const float dLda = T * gf - R / one_minus_a;
+  R += gf * w;
+  return dLda;
+}
+
+// Gradient of dL/da back to the splat: centre (gu, gv), s2 = (r/z)^2 (gs2), opacity (go).
+struct SplatGrad {
+  float gu, gv, gs2, go;
+};
+
+SR_HD SplatGrad alpha_backward(float dLda, float o, float G, float du, float dv, const Splat& s,
+                               const Camera& cam) {
+  SplatGrad g{0.f, 0.f, 0.f, 0.f};
+  if (o * G > kAlphaMax) return g;  // clamped: no gradient
+  g.go = dLda * G;
+  const float t = dLda * o * G;  // dL/dG * G
+  g.gu = t * du * s.ia;
+  g.gv = t * dv * s.ic;
+  g.gs2 = 0.5f * t *
+          (du * du * s.ia * s.ia * cam.fx * cam.fx + dv * dv * s.ic * s.ic * cam.fy * cam.fy);
+  return g;
+}
+
+// Chain rule from the splat gradients (gu, gv, gs2) and the direct depth gradient gz to the
+// sphere's camera-frame centre (gx, gy, gzo) and radius (gr).
+SR_HD void project_backward(float x, float y, float z, float r, const Camera& cam, float gu,
+                            float gv, float gs2, float gz, float& gx, float& gy, float& gzo,
+                            float& gr) {
+  const float iz = 1.0f / z;
+  gx = gu * cam.fx * iz;
+  gy = gv * cam.fy * iz;
+  gzo = gz - (gu * cam.fx * x + gv * cam.fy * y) * iz * iz - gs2 * 2.0f * r * r * iz * iz * iz;
+  gr = gs2 * 2.0f * r * iz * iz;
+}
+
+// Depth sort key: the IEEE bits of a positive float sort like the float. Culled spheres get the
+// bits of +inf so they sort last.
+SR_HD uint32_t depth_key(float z, bool visible) {
+  if (!visible) return 0x7f800000u;
+  union {
+    float f;
+    uint32_t u;
+  } c;
+  c.f = z;
+  return c.u;
+}
+
+}  // namespace sr

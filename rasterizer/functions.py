@@ -1,0 +1,84 @@
+"""Thin autograd wrappers: one torch.autograd.Function for the tiled kernels (CPU and CUDA share
+the same extension interface) and the gsplat adapter."""
+from __future__ import annotations
+
+import torch
+
+from . import _ext
+
+
+def _camera(K: torch.Tensor):
+    k = K.detach().to("cpu", torch.float64)
+    return float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
+
+
+class TiledRaster(torch.autograd.Function):
+    """Forward/backward through the compiled tiled kernels ('cpu' or 'cuda').
+
+    Outputs (color (H,W,3), accumulated depth (H,W), alpha (H,W)); the backward adds the
+    per-sphere statistics into ``stats`` when one is given.
+    """
+
+    @staticmethod
+    def forward(ctx, kind, cam, width, height, stats, means, radii, colors, opacities, background):
+        ext = _ext.get(kind)
+        fx, fy, cx, cy = cam
+        outs = ext.forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height)
+        color, dacc, alpha, tfinal, last, splats, ids, ranges = outs
+        ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
+        ctx.save_for_backward(means, radii, colors, opacities, background, tfinal, last, splats,
+                              ids, ranges)
+        return color, dacc, alpha
+
+    @staticmethod
+    def backward(ctx, g_color, g_dacc, g_alpha):
+        (means, radii, colors, opacities, background, tfinal, last, splats, ids,
+         ranges) = ctx.saved_tensors
+        ext = _ext.get(ctx.kind)
+        fx, fy, cx, cy = ctx.cam
+        width, height = ctx.size
+        empty = means.new_empty(0)
+        stats = ctx.stats
+        if stats is not None:
+            sw, se, sn = stats.weight_sum, stats.error_sum, stats.count
+            err = stats.pixel_error
+            err = empty if err is None else err.detach().to(means.device, torch.float32).contiguous()
+        else:
+            sw = se = sn = err = empty
+        g_means, g_radii, g_colors, g_opac = ext.backward(
+            means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, splats,
+            ids, ranges, tfinal, last, g_color.contiguous(), g_dacc.contiguous(),
+            g_alpha.contiguous(), err, sw, se, sn)
+        return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
+
+
+def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats):
+    """(color, accumulated depth, alpha) from the compiled ``kind`` kernels, differentiable."""
+    return TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
+                             means.contiguous(), radii.contiguous(), colors.contiguous(),
+                             opacities.contiguous(), background.contiguous())
+
+
+def gsplat_render(means, radii, colors, opacities, K, width, height, background):
+    """The same spheres through ``gsplat.rasterization`` as equal-scale Gaussians (GPU only).
+
+    Differences from our model: gsplat projects with the full perspective Jacobian (off-axis
+    footprints become slightly elliptical and rotated), clamps alpha at 0.999 instead of 0.99 and
+    has no 3-sigma ellipse test. Returns (color, accumulated depth, alpha).
+    """
+    from gsplat import rasterization  # lazy: never imported at package import
+
+    n = means.shape[0]
+    quats = means.new_zeros(n, 4)
+    quats[:, 0] = 1.0
+    Kg = K.detach().clone().to(means)
+    Kg[0, 2] += 0.5  # gsplat puts pixel centres at i + 0.5
+    Kg[1, 2] += 0.5
+    viewmat = torch.eye(4, device=means.device, dtype=means.dtype)
+    img, alpha, _ = rasterization(
+        means, quats, radii[:, None].expand(n, 3), opacities, colors, viewmat[None], Kg[None],
+        width, height, near_plane=0.01, far_plane=100.0, eps2d=0.3, packed=False,
+        render_mode="RGB+D", rasterize_mode="classic", radius_clip=0.0)
+    img, alpha = img[0], alpha[0, ..., 0]
+    color = img[..., :3] + (1.0 - alpha)[..., None] * background
+    return color, img[..., 3], alpha

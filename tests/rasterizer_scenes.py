@@ -1,0 +1,142 @@
+"""Small scenes and comparison helpers shared by the rasterizer tests (tests/test_rasterizer_*.py)."""
+from __future__ import annotations
+
+import torch
+
+import rasterizer
+
+
+def intrinsics(width, height, f=None, dtype=torch.float32):
+    f = f if f is not None else 0.9 * width
+    return torch.tensor([[f, 0.0, (width - 1) / 2], [0.0, 1.05 * f, (height - 1) / 2],
+                         [0.0, 0.0, 1.0]], dtype=dtype)
+
+
+def random_scene(n, width=48, height=36, seed=0, z=(1.0, 4.0), r=(0.01, 0.12), opacity=(0.05, 1.0)):
+    """n spheres in the view frustum with footprints of a few px to tens of px."""
+    g = torch.Generator().manual_seed(seed)
+    K = intrinsics(width, height)
+    zs = torch.empty(n).uniform_(*z, generator=g)
+    u = torch.empty(n).uniform_(-4, width + 4, generator=g)
+    v = torch.empty(n).uniform_(-4, height + 4, generator=g)
+    x = (u - K[0, 2]) * zs / K[0, 0]
+    y = (v - K[1, 2]) * zs / K[1, 1]
+    means = torch.stack([x, y, zs], 1)
+    radii = torch.empty(n).uniform_(*r, generator=g)
+    colors = torch.rand(n, 3, generator=g)
+    opac = torch.empty(n).uniform_(*opacity, generator=g)
+    return dict(means=means, radii=radii, colors=colors, opacities=opac, K=K, width=width,
+                height=height)
+
+
+def _scene(means, radii, colors, opac, width, height, f=None):
+    t = lambda v: torch.as_tensor(v, dtype=torch.float32)
+    means = t(means).reshape(-1, 3)
+    n = means.shape[0]
+    return dict(means=means, radii=t(radii).reshape(n), colors=t(colors).reshape(n, 3),
+                opacities=t(opac).reshape(n), K=intrinsics(width, height, f), width=width,
+                height=height)
+
+
+def adversarial_scenes():
+    """Named edge-case scenes (dict name -> scene)."""
+    s = {}
+    base = random_scene(30, 40, 30, seed=1)
+    # behind the camera, at and around the near plane, beyond the far plane
+    m = base["means"].clone()
+    m[:12, 2] = torch.tensor([-2.0, -0.5, 0.0, 0.005, 0.01, 0.0101, 0.011, 0.02, 0.05, 100.0,
+                              100.5, 150.0])
+    s["near_far_behind"] = dict(base, means=m)
+    # off-screen centres, some with footprints reaching into the image
+    m = base["means"].clone()
+    m[:15, 0] = m[:15, 2] * torch.linspace(-3, 3, 15)
+    s["off_screen"] = dict(base, means=m)
+    # huge (covering the image) and sub-pixel spheres
+    r = base["radii"].clone()
+    r[:3] = torch.tensor([1.5, 3.0, 0.8])
+    r[3:15] = 1e-4
+    s["huge_and_subpixel"] = dict(base, radii=r)
+    # zero and full opacity
+    o = base["opacities"].clone()
+    o[:10] = 0.0
+    o[10:20] = 1.0
+    s["zero_full_opacity"] = dict(base, opacities=o)
+    # many spheres overlapping at one depth (ties broken by index)
+    n = 25
+    g = torch.Generator().manual_seed(5)
+    m = torch.zeros(n, 3)
+    m[:, 0] = torch.randn(n, generator=g) * 0.05
+    m[:, 1] = torch.randn(n, generator=g) * 0.05
+    m[:, 2] = 2.0
+    s["equal_depth_overlap"] = _scene(m, torch.full((n,), 0.15), torch.rand(n, 3, generator=g),
+                                      torch.full((n,), 0.35), 33, 27)
+    s["empty"] = _scene(torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, 3), torch.zeros(0), 20, 14)
+    s["single"] = _scene([[0.05, -0.02, 1.5]], [0.1], [[0.2, 0.5, 0.9]], [0.8], 17, 19)
+    s["odd_nonsquare"] = random_scene(40, 53, 17, seed=7)
+    s["tall_odd"] = random_scene(40, 15, 41, seed=8)
+    s["dense_opaque"] = random_scene(120, 40, 32, seed=9, opacity=(0.6, 1.0), r=(0.05, 0.3))
+    return s
+
+
+def render(scene, backend, device="cpu", cotangent_seed=0, background=(0.1, 0.2, 0.3),
+           pixel_error=True):
+    """Forward + backward with random output cotangents. Returns (outputs, grads, stats)."""
+    ps = [scene[k].to(device).clone().requires_grad_() for k in
+          ("means", "radii", "colors", "opacities")]
+    n = ps[0].shape[0]
+    stats = rasterizer.SphereStats(n, device)
+    out = rasterizer.rasterize_spheres(*ps, scene["K"], scene["width"], scene["height"],
+                                       background=torch.tensor(background, device=device),
+                                       backend=backend, stats=stats)
+    g = torch.Generator().manual_seed(cotangent_seed)
+    cots = [torch.randn(o.shape, generator=g).to(device) for o in out]
+    if pixel_error:
+        stats.pixel_error = torch.rand(out.alpha.shape, generator=g).to(device)
+    loss = sum((o * c).sum() for o, c in zip(out, cots))
+    if n > 0:
+        loss.backward()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in ps]
+    cpu = lambda ts: [t.detach().cpu() for t in ts]
+    return (cpu(out), cpu(grads),
+            cpu([stats.weight_sum, stats.error_sum, stats.count]))
+
+
+def rel_l2(a, b):
+    a, b = a.double().flatten(), b.double().flatten()
+    den = b.norm()
+    return float((a - b).norm() / den) if den > 0 else float((a - b).norm())
+
+
+def cosine(a, b):
+    a, b = a.double().flatten(), b.double().flatten()
+    if a.norm() == 0 and b.norm() == 0:
+        return 1.0
+    return float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-300))
+
+
+def assert_images_close(a, b, atol=1e-4, max_bad_frac=0.01, rel=1e-3, name=""):
+    """Elementwise within atol except a small fraction (alpha cut-off flips), and rel. L2 small."""
+    bad = ((a - b).abs() > atol).double().mean().item() if a.numel() else 0.0
+    assert bad <= max_bad_frac, f"{name}: {bad:.4f} of elements differ by > {atol}"
+    assert rel_l2(a, b) <= rel, f"{name}: relative L2 {rel_l2(a, b):.2e} > {rel}"
+
+
+def assert_grads_close(a, b, rel=2e-3, cos=0.9999, name=""):
+    r, c = rel_l2(a, b), cosine(a, b)
+    assert r <= rel and c >= cos, f"{name}: relative L2 {r:.2e} (max {rel}), cosine {c:.6f}"
+
+
+def compare(scene, backend_a, backend_b, device_a="cpu", device_b="cpu", img_rel=1e-3,
+            grad_rel=2e-3, grad_cos=0.9999):
+    """Asserts that two backends agree on one scene: outputs, gradients and statistics."""
+    oa, ga, sa = render(scene, backend_a, device_a)
+    ob, gb, sb = render(scene, backend_b, device_b)
+    for name, x, y in zip(("color", "depth", "alpha"), oa, ob):
+        assert x.shape == y.shape, name
+        assert_images_close(x, y, rel=img_rel, name=name)
+    for name, x, y in zip(("means", "radii", "colors", "opacities"), ga, gb):
+        assert torch.isfinite(x).all(), f"{backend_a} grad {name} not finite"
+        assert_grads_close(x, y, rel=grad_rel, cos=grad_cos, name=f"grad {name}")
+    for name, x, y in zip(("weight_sum", "error_sum", "count"), sa, sb):
+        assert_grads_close(x, y, rel=grad_rel, cos=grad_cos, name=f"stats {name}")
+    return oa, ga, sa
