@@ -1,0 +1,52 @@
+"""Densification: new spheres at back-projected keyframe pixels the map does not yet explain."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from slam.config import MappingConfig
+from slam.geometry import backproject, transform_points
+from slam.observation import Observation, depth_edge_mask
+
+
+def candidate_mask(obs: Observation, alpha: Optional[torch.Tensor], depth_render: Optional[torch.Tensor],
+                   cfg: MappingConfig) -> torch.Tensor:
+    """(H, W) bool: valid, edge-free depth where the map is missing (alpha below
+    ``densify_alpha``) or wrong (observed surface in front of the rendered one by more than
+    ``densify_depth_error`` metres). With no map yet (alpha None) every valid pixel qualifies."""
+    valid = depth_edge_mask(obs.depth)
+    if alpha is None:
+        return valid
+    missing = alpha < cfg.densify_alpha
+    in_front = (depth_render - obs.depth) > cfg.densify_depth_error
+    return valid & (missing | in_front)
+
+
+def seed_spheres(obs: Observation, T_wc: torch.Tensor, mask: torch.Tensor, cfg: MappingConfig,
+                 generator: torch.Generator, priority: Optional[torch.Tensor] = None):
+    """Spheres for the masked pixels on a grid of ``densify_stride`` px with a random offset.
+
+    obs: the keyframe at the map's working resolution; T_wc: (4, 4) camera-to-world;
+    priority: optional (H, W), lower = added first (e.g. rendered alpha) so that a budget cut
+    keeps the most needed spheres.
+    Returns means (M, 3) metres world, radii (M,) metres (radius_scale * stride * z / f, the
+    footprint of one grid cell), colors (M, 3) in [0, 1], opacities (M,).
+    """
+    s = cfg.densify_stride
+    off = torch.randint(0, s, (2,), generator=generator).tolist()
+    grid = torch.zeros_like(mask)
+    grid[off[0] :: s, off[1] :: s] = True
+    sel = mask & grid
+    vs, us = torch.nonzero(sel, as_tuple=True)
+    if priority is not None and vs.numel():
+        order = torch.argsort(priority[vs, us], stable=True)
+        vs, us = vs[order], us[order]
+    z = obs.depth[vs, us]
+    pts_c = backproject(z, obs.K, us.float(), vs.float())
+    means = transform_points(T_wc.float(), pts_c)
+    f = 0.5 * (obs.K[0, 0] + obs.K[1, 1])
+    radii = cfg.radius_scale * s * z / f
+    colors = obs.color[vs, us]
+    opacities = torch.full_like(z, cfg.initial_opacity)
+    return means, radii, colors, opacities

@@ -1,0 +1,91 @@
+"""Rigid-body math in torch: SO(3)/SE(3) exponentials, pose composition, point transforms.
+
+Conventions: poses are 4x4 camera-to-world ``T_wc`` unless the name says ``T_cw``; OpenCV camera
+axes (x right, y down, z forward); translations in metres, angles in radians.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+def skew(v: torch.Tensor) -> torch.Tensor:
+    """(3,) -> (3, 3) cross-product matrix."""
+    zero = torch.zeros((), dtype=v.dtype, device=v.device)
+    return torch.stack(
+        [
+            torch.stack([zero, -v[2], v[1]]),
+            torch.stack([v[2], zero, -v[0]]),
+            torch.stack([-v[1], v[0], zero]),
+        ]
+    )
+
+
+def so3_exp(phi: torch.Tensor) -> torch.Tensor:
+    """Rotation vector (3,) radians -> rotation matrix (3, 3), differentiable at 0."""
+    theta2 = (phi * phi).sum()
+    theta = torch.sqrt(theta2 + 1e-24)
+    small = theta2 < 1e-8
+    # sin(t)/t and (1-cos t)/t^2 with Taylor fall-backs near zero.
+    a = torch.where(small, 1 - theta2 / 6, torch.sin(theta) / theta)
+    b = torch.where(small, 0.5 - theta2 / 24, (1 - torch.cos(theta)) / (theta2 + 1e-24))
+    W = skew(phi)
+    eye = torch.eye(3, dtype=phi.dtype, device=phi.device)
+    return eye + a * W + b * (W @ W)
+
+
+def pose_from_increment(delta: torch.Tensor) -> torch.Tensor:
+    """delta (6,) = (rotation vector rad, translation m) -> 4x4 [R(phi) | t]."""
+    T = torch.eye(4, dtype=delta.dtype, device=delta.device)
+    T = T.clone()
+    R = so3_exp(delta[:3])
+    top = torch.cat([R, delta[3:, None]], dim=1)
+    return torch.cat([top, T[3:]], dim=0)
+
+
+def invert(T: torch.Tensor) -> torch.Tensor:
+    """Inverse of a rigid 4x4 transform (torch or numpy)."""
+    if isinstance(T, np.ndarray):
+        out = np.eye(4, dtype=T.dtype)
+        R = T[:3, :3]
+        out[:3, :3] = R.T
+        out[:3, 3] = -R.T @ T[:3, 3]
+        return out
+    R = T[:3, :3]
+    t = T[:3, 3]
+    top = torch.cat([R.T, (-R.T @ t)[:, None]], dim=1)
+    return torch.cat([top, T[3:]], dim=0)
+
+
+def transform_points(T: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """Apply 4x4 ``T`` to points (N, 3) -> (N, 3)."""
+    return points @ T[:3, :3].T + T[:3, 3]
+
+
+def rotation_angle(R) -> float:
+    """Angle in radians of a 3x3 rotation (numpy or torch)."""
+    R = np.asarray(R.detach().cpu() if isinstance(R, torch.Tensor) else R, dtype=np.float64)
+    c = (np.trace(R) - 1.0) / 2.0
+    return float(math.acos(max(-1.0, min(1.0, c))))
+
+
+def relative_motion(T_a: np.ndarray, T_b: np.ndarray) -> tuple[float, float]:
+    """Translation (m) and rotation (rad) between two 4x4 poses."""
+    rel = invert(np.asarray(T_a, dtype=np.float64)) @ np.asarray(T_b, dtype=np.float64)
+    return float(np.linalg.norm(rel[:3, 3])), rotation_angle(rel[:3, :3])
+
+
+def constant_velocity_guess(T_prev2: np.ndarray | None, T_prev: np.ndarray) -> np.ndarray:
+    """Predict the next T_wc assuming the last inter-frame motion repeats."""
+    if T_prev2 is None:
+        return T_prev.copy()
+    return T_prev @ (invert(T_prev2) @ T_prev)
+
+
+def backproject(depth: torch.Tensor, K: torch.Tensor, us: torch.Tensor, vs: torch.Tensor) -> torch.Tensor:
+    """Pixels (u = column, v = row; OpenCV centres) with depth z (M,) -> camera points (M, 3)."""
+    x = (us - K[0, 2]) / K[0, 0] * depth
+    y = (vs - K[1, 2]) / K[1, 1] * depth
+    return torch.stack([x, y, depth], dim=-1)

@@ -1,0 +1,123 @@
+"""The mapper: for each new keyframe, densify, optimise the map over a keyframe window, prune,
+publish. The only writer of the ``SphereMap``."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import rasterizer
+from slam.config import MappingConfig, PrunerConfig
+from slam.densify import candidate_mask, seed_spheres
+from slam.geometry import invert, transform_points
+from slam.keyframes import Keyframe, KeyframeStore
+from slam.observation import depth_edge_mask
+from slam.pruner import PruneReport, Pruner
+from slam.render import render_spheres
+from slam.sphere_map import SphereMap
+
+
+@dataclass
+class MappingReport:
+    """What one keyframe's mapping step did (for metrics and logs)."""
+
+    frame_index: int
+    added: int = 0
+    novelty: float = 0.0
+    loss: float = float("nan")
+    pruned: PruneReport = field(default_factory=PruneReport)
+    spheres: int = 0
+    ms: float = 0.0
+
+
+class Mapper:
+    """Grows and optimises the map on keyframes."""
+
+    def __init__(self, cfg: MappingConfig, pruner_cfg: PrunerConfig, smap: SphereMap, store: KeyframeStore,
+                 backend: str = "auto", seed: int = 0) -> None:
+        self.cfg = cfg
+        self.smap = smap
+        self.store = store
+        self.backend = backend
+        self.pruner = Pruner(pruner_cfg)
+        self.keyframes_seen = 0
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def add_keyframe(self, kf: Keyframe) -> MappingReport:
+        """Integrate one keyframe; returns a report. Publishes a new map version at the end."""
+        t0 = time.perf_counter()
+        report = MappingReport(kf.frame_index)
+        device = self.smap.device
+        obs = kf.observation(device)
+        T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
+        report.added, report.novelty = self._densify(obs, T_wc)
+        self.store.add(kf)
+        self.keyframes_seen += 1
+        window = self.store.window(self.cfg.window, self.cfg.random_keyframes)
+        if self.cfg.iters > 0 and self.smap.n > 0:
+            report.loss, weight_sum, error_sum, renders = self._optimise(window, device)
+            self.pruner.record(self.smap, weight_sum, error_sum, renders)
+            if self.keyframes_seen % self.pruner.cfg.every == 0:
+                seen = weight_sum[: self.smap.n] > 0
+                report.pruned = self.pruner.prune(self.smap, report.novelty, self._screen_radius(kf, device), seen)
+        self.smap.publish()
+        report.spheres = self.smap.n
+        report.ms = (time.perf_counter() - t0) * 1e3
+        return report
+
+    # ------------------------------------------------------------------ steps
+    def _densify(self, obs, T_wc: torch.Tensor) -> tuple[int, float]:
+        if self.smap.n == 0:
+            mask = candidate_mask(obs, None, None, self.cfg)
+            priority, novelty = None, 1.0
+        else:
+            snap = self.smap.latest()
+            with torch.no_grad():
+                out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, invert(T_wc),
+                                     obs.K, obs.width, obs.height, backend=self.backend)
+            mask = candidate_mask(obs, out.alpha, out.depth, self.cfg)
+            valid = obs.depth > 0
+            novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
+            priority = out.alpha
+        means, radii, colors, opacities = seed_spheres(obs, T_wc, mask, self.cfg, self.generator, priority)
+        if self.pruner.cfg.enabled:
+            self.pruner.make_room(self.smap, int(means.shape[0]))
+        return self.smap.add(means, radii, colors, opacities), novelty
+
+    def _optimise(self, window: list[Keyframe], device):
+        views = []
+        for kf in window:
+            o = kf.observation(device)
+            T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+            views.append((o, T_cw, depth_edge_mask(o.depth), (o.depth > 0)))
+        n = self.smap.n
+        stats = rasterizer.SphereStats(n, device=device)
+        loss_val = torch.zeros((), device=device)
+        for it in range(self.cfg.iters):
+            # Half the iterations on the newest keyframe, the rest cycling through the window.
+            o, T_cw, depth_ok, valid = views[0] if it % 2 == 0 or len(views) == 1 else views[1 + (it // 2) % (len(views) - 1)]
+            rows = self.smap.active().detach().requires_grad_(True)
+            means, radii, colors, opacities = self.smap.activated(rows)
+            out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
+                                 backend=self.backend, stats=stats)
+            err_c = (out.color - o.color).abs().mean(-1)
+            m = valid.float()
+            count = m.sum().clamp_min(1.0)
+            l_color = (err_c * m).sum() / count
+            dm = depth_ok.float()
+            l_depth = ((out.depth - o.depth).abs() * dm).sum() / dm.sum().clamp_min(1.0)
+            loss = l_color + self.cfg.depth_weight * l_depth
+            stats.pixel_error = (err_c * m).detach()
+            loss.backward()
+            self.smap.adam_step(rows.grad)
+            loss_val = loss.detach()
+        return float(loss_val), stats.weight_sum, stats.error_sum, self.cfg.iters
+
+    def _screen_radius(self, kf: Keyframe, device) -> torch.Tensor:
+        """(N,) screen radius in px of every sphere in the newest keyframe (0 behind the camera)."""
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+        means, radii, _, _ = self.smap.activated()
+        z = transform_points(T_cw, means.detach())[:, 2]
+        f = float(kf.K[0, 0])
+        return torch.where(z > 0.05, f * radii.detach() / z.clamp_min(0.05), torch.zeros_like(z))

@@ -1,0 +1,64 @@
+"""A frame's images as device tensors, with the image pyramid and depth-edge masking SLAM uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from slam.render import scale_intrinsics
+
+
+@dataclass
+class Observation:
+    """colour: (H, W, 3) float32 in [0, 1]; depth: (H, W) float32 metres, 0 = invalid;
+    K: (3, 3) float32 for this resolution."""
+
+    color: torch.Tensor
+    depth: torch.Tensor
+    K: torch.Tensor
+
+    @property
+    def height(self) -> int:
+        return int(self.depth.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.depth.shape[1])
+
+    @staticmethod
+    def from_numpy(color: np.ndarray, depth: np.ndarray, K: np.ndarray, device: torch.device) -> "Observation":
+        """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors."""
+        c = torch.from_numpy(np.ascontiguousarray(color)).to(device, non_blocking=True).float() / 255.0
+        d = torch.from_numpy(np.ascontiguousarray(depth, dtype=np.float32)).to(device, non_blocking=True)
+        k = torch.as_tensor(np.asarray(K), dtype=torch.float32, device=device)
+        return Observation(c, d, k)
+
+    def downsampled(self, factor: int) -> "Observation":
+        """Half, quarter, ... resolution: colour by area averaging, depth by the mean of the
+        valid pixels of each block (a block with no valid pixel stays invalid)."""
+        if factor == 1:
+            return self
+        H, W = self.height // factor * factor, self.width // factor * factor
+        c = self.color[:H, :W].permute(2, 0, 1)[None]
+        c = F.avg_pool2d(c, factor)[0].permute(1, 2, 0).contiguous()
+        d = self.depth[:H, :W][None, None]
+        valid = (d > 0).float()
+        dsum = F.avg_pool2d(d, factor)
+        vsum = F.avg_pool2d(valid, factor)
+        depth = torch.where(vsum > 0.5, dsum / vsum.clamp_min(1e-6), torch.zeros_like(dsum))[0, 0]
+        return Observation(c, depth.contiguous(), scale_intrinsics(self.K, 1.0 / factor))
+
+
+def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1) -> torch.Tensor:
+    """(H, W) bool: True where depth is valid and no 3x3 neighbour differs by more than
+    ``max_jump`` (relative, times depth) or is invalid. Removes unreliable depth at object edges
+    (and the misregistered colour/depth borders of Kinect-style sensors)."""
+    d = depth[None, None]
+    valid = d > 0
+    big = torch.where(valid, d, torch.full_like(d, 1e6))
+    dmax = F.max_pool2d(torch.where(valid, d, torch.zeros_like(d)), 3, 1, 1)
+    dmin = -F.max_pool2d(-big, 3, 1, 1)
+    ok = valid & ((dmax - dmin) <= max_jump * d)
+    return ok[0, 0]

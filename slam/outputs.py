@@ -1,0 +1,92 @@
+"""The run folder: trajectory, keyframe trajectory, map, resolved config, metrics, log, summary."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from slam.config import Config, dump_config
+from slam.map_io import save_map
+from slam.trajectory_io import write_tum_trajectory
+
+log = logging.getLogger("slam.outputs")
+
+
+def make_run_dir(cfg: Config, override: Optional[str] = None) -> Path:
+    """Create ``output.root/name`` (timestamped when no name is set); returns its path."""
+    if override:
+        run = Path(override)
+    else:
+        name = cfg.output.name or _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run = Path(cfg.output.root) / name
+    if run.exists() and any(run.iterdir()) and cfg.output.name is None and not override:
+        run = run.with_name(run.name + _dt.datetime.now().strftime("-%f"))
+    run.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def attach_log(run_dir: Path) -> logging.Handler:
+    """Send the package's log records to ``run_dir/log.txt``; returns the handler (remove it after)."""
+    handler = logging.FileHandler(run_dir / "log.txt")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("slam")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return handler
+
+
+def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
+    """Write everything a run leaves behind. Called on success, error and Ctrl-C alike."""
+    frames, _, _ = system.recorder.snapshot()
+    dump_config(cfg, run_dir / "config.yaml")
+    if frames:
+        write_tum_trajectory(run_dir / "trajectory.txt", np.array([f.timestamp for f in frames]),
+                             np.stack([f.T_wc for f in frames]), header="estimated camera-to-world poses, all frames")
+    kfs = [f for f in frames if f.keyframe]
+    if kfs:
+        write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
+                             np.stack([f.T_wc for f in kfs]), header="keyframe poses")
+    if cfg.output.save_map and system.smap.n > 0:
+        save_map(run_dir / "map.ply", system.smap.active())
+    (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    return x
+
+
+def summary_text(metrics: dict, run_dir: Path) -> str:
+    """A one-screen summary of a run."""
+    def f(v, fmt="{:.3f}"):
+        return "n/a" if v is None else fmt.format(v)
+    ate = metrics.get("ate", {}) or {}
+    img = metrics.get("images", {}) or {}
+    lines = [
+        f"run folder        {run_dir}",
+        f"stopped           {metrics.get('stop_reason')}",
+        f"frames            {metrics.get('frames')} tracked, {metrics.get('keyframes')} keyframes, "
+        f"{metrics.get('skipped_frames')} skipped",
+        f"ATE RMSE          {f(ate.get('rmse_m') and ate['rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned)",
+        f"PSNR / SSIM       {f(img.get('psnr'), '{:.2f}')} dB / {f(img.get('ssim'))} "
+        f"(depth L1 {f(img.get('depth_l1_m') and img['depth_l1_m'] * 100, '{:.2f}')} cm) on keyframes",
+        f"speed             {f(metrics.get('fps_system'), '{:.1f}')} FPS system, "
+        f"{f(metrics.get('fps_tracking'), '{:.1f}')} FPS tracking alone",
+        f"map               {metrics.get('spheres')} spheres, {f(metrics.get('map_mb'), '{:.1f}')} MB",
+        f"memory            peak GPU {f(metrics.get('peak_gpu_mb'), '{:.0f}')} MB, "
+        f"peak process {f(metrics.get('peak_rss_mb'), '{:.0f}')} MB",
+        f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""What a run records while it goes: poses, timings, map size, failures. Thread-safe appends."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class FrameRecord:
+    index: int
+    timestamp: float
+    T_wc: np.ndarray
+    gt_pose: Optional[np.ndarray]
+    ok: bool
+    recovered: bool
+    loss: float
+    track_ms: float
+    keyframe: bool
+
+
+@dataclass
+class RunRecorder:
+    """Appended to by the tracking thread (frames) and the mapping thread (keyframe reports)."""
+
+    frames: list = field(default_factory=list)
+    mapping: list = field(default_factory=list)
+    sphere_counts: list = field(default_factory=list)   # (frame_index, spheres)
+    started: float = field(default_factory=time.perf_counter)
+    finished: Optional[float] = None
+    stop_reason: str = "end of input"
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_frame(self, rec: FrameRecord) -> None:
+        with self._lock:
+            self.frames.append(rec)
+
+    def add_mapping(self, report) -> None:
+        with self._lock:
+            self.mapping.append(report)
+            self.sphere_counts.append((report.frame_index, report.spheres))
+
+    def snapshot(self) -> tuple[list, list, list]:
+        """Copies of the lists, safe to read while threads still append."""
+        with self._lock:
+            return list(self.frames), list(self.mapping), list(self.sphere_counts)
+
+    def finish(self, reason: Optional[str] = None) -> None:
+        if self.finished is None:
+            self.finished = time.perf_counter()
+        if reason:
+            self.stop_reason = reason
+
+    @property
+    def wall_s(self) -> float:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        return end - self.started

@@ -1,0 +1,44 @@
+"""Render the sphere map from a camera pose: the one place SLAM code calls the rasterizer."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+import rasterizer
+from slam.geometry import transform_points
+
+
+def render_spheres(
+    means_w: torch.Tensor,
+    radii: torch.Tensor,
+    colors: torch.Tensor,
+    opacities: torch.Tensor,
+    T_cw: torch.Tensor,
+    K: torch.Tensor,
+    width: int,
+    height: int,
+    backend: str = "auto",
+    stats: Optional["rasterizer.SphereStats"] = None,
+):
+    """Render world-frame spheres seen from world-to-camera pose ``T_cw`` (4, 4).
+
+    means_w: (N, 3) metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
+    opacities: (N,) in [0, 1]; K: (3, 3) of the target resolution.
+    Returns the rasterizer output (color (H, W, 3), depth (H, W) metres, alpha (H, W)).
+    Gradients reach ``T_cw`` through the camera-frame means when it requires grad.
+    """
+    means_c = transform_points(T_cw, means_w)
+    return rasterizer.rasterize_spheres(
+        means_c, radii, colors, opacities, K.float(), int(width), int(height), backend=backend, stats=stats
+    )
+
+
+def scale_intrinsics(K: torch.Tensor, factor: float) -> torch.Tensor:
+    """K for an image resized by ``factor`` (< 1 shrinks), OpenCV pixel-centre convention."""
+    K2 = K.clone()
+    K2[0, 0] *= factor
+    K2[1, 1] *= factor
+    K2[0, 2] = (K[0, 2] + 0.5) * factor - 0.5
+    K2[1, 2] = (K[1, 2] + 0.5) * factor - 0.5
+    return K2

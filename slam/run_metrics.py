@@ -1,0 +1,110 @@
+"""Metrics of a finished (or stopped) run: accuracy, rendering quality, speed, memory, map size."""
+from __future__ import annotations
+
+import resource
+import sys
+from typing import Optional
+
+import numpy as np
+import torch
+
+from slam.geometry import invert
+from slam.render import render_spheres
+from slam.sphere_map import bytes_per_sphere
+
+
+def trajectory_metrics(frames: list) -> dict:
+    """ATE / RPE of the estimated poses against ground truth, all frames and keyframes."""
+    from slam.eval.trajectory import evaluate_trajectory
+
+    with_gt = [f for f in frames if f.gt_pose is not None]
+    out: dict = {"ate": None, "ate_keyframes": None, "rpe": None}
+    if len(with_gt) < 3:
+        return out
+    stamps = np.array([f.timestamp for f in with_gt])
+    est = np.stack([f.T_wc for f in with_gt])
+    gt = np.stack([f.gt_pose for f in with_gt])
+    res = evaluate_trajectory(stamps, est, gt)
+    out["ate"], out["rpe"] = res["ate"], res["rpe"]
+    kfs = [f for f in with_gt if f.keyframe]
+    if len(kfs) >= 3:
+        res_kf = evaluate_trajectory(np.array([f.timestamp for f in kfs]), np.stack([f.T_wc for f in kfs]),
+                                     np.stack([f.gt_pose for f in kfs]))
+        out["ate_keyframes"] = res_kf["ate"]
+    return out
+
+
+@torch.no_grad()
+def image_metrics(system, every: int = 1) -> Optional[dict]:
+    """PSNR / SSIM / depth L1 of the final map rendered at the estimated keyframe poses,
+    against the stored keyframe images (at the keyframe store's resolution)."""
+    from slam.eval.images import depth_l1, psnr, ssim
+
+    snap = system.smap.latest()
+    kfs = system.store.items[::every]
+    if snap is None or not kfs:
+        return None
+    vals = {"psnr": [], "ssim": [], "depth_l1_m": []}
+    for kf in kfs:
+        obs = kf.observation(system.device)
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=system.device)
+        out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw, obs.K, obs.width,
+                             obs.height, backend=system.cfg.raster.backend)
+        vals["psnr"].append(float(psnr(out.color.clamp(0, 1), obs.color)))
+        vals["ssim"].append(float(ssim(out.color.clamp(0, 1), obs.color)))
+        vals["depth_l1_m"].append(float(depth_l1(out.depth, obs.depth)))
+    res = {k: float(np.mean(v)) for k, v in vals.items()}
+    res["keyframes"] = len(kfs)
+    res["protocol"] = ("final map rendered at the estimated keyframe poses vs the stored keyframe images; "
+                       "mean over keyframes; depth L1 over valid observed depth")
+    return res
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return ru / 1024.0 if sys.platform != "darwin" else ru / 1e6
+
+
+def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> dict:
+    """Everything that goes into metrics.json."""
+    rec = system.recorder
+    frames, mapping, counts = rec.snapshot()
+    track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
+    map_ms = np.array([m.ms for m in mapping]) if mapping else np.zeros(0)
+    m: dict = {
+        "stop_reason": rec.stop_reason,
+        "device": str(system.device),
+        "frames": len(frames),
+        "keyframes": sum(1 for f in frames if f.keyframe),
+        "skipped_frames": getattr(source_stats, "skipped", 0) if source_stats is not None else 0,
+        "skip_reasons": list(getattr(source_stats, "skip_reasons", [])[:20]) if source_stats is not None else [],
+        "wall_s": rec.wall_s,
+        "fps_system": len(frames) / rec.wall_s if rec.wall_s > 0 and frames else None,
+        "fps_tracking": len(frames) / (track_ms.sum() / 1e3) if track_ms.sum() > 0 else None,
+        "stage_ms": {
+            "tracking_mean": float(track_ms.mean()) if track_ms.size else None,
+            "tracking_p95": float(np.percentile(track_ms, 95)) if track_ms.size else None,
+            "mapping_mean": float(map_ms.mean()) if map_ms.size else None,
+            "mapping_total": float(map_ms.sum()),
+        },
+        "tracking_failures": sum(1 for f in frames if not f.ok),
+        "tracking_recoveries": sum(1 for f in frames if f.recovered),
+        "spheres": system.smap.n,
+        "sphere_budget": system.smap.budget,
+        "max_spheres_seen": max((c for _, c in counts), default=0),
+        "map_mb": system.smap.n * bytes_per_sphere() / 1e6,
+        "sphere_counts": [[int(i), int(c)] for i, c in counts],
+        "pruned": {
+            "low_importance": sum(r.pruned.removed_low for r in mapping),
+            "transparent": sum(r.pruned.removed_transparent for r in mapping),
+            "oversized": sum(r.pruned.removed_oversized for r in mapping),
+        },
+        "keyframe_store_mb": system.store.nbytes() / 1e6,
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_gpu_mb": (torch.cuda.max_memory_allocated(system.device) / 1e6) if system.device.type == "cuda" else None,
+    }
+    m.update(trajectory_metrics(frames))
+    if evaluate_images:
+        m["images"] = image_metrics(system, system.cfg.output.eval_images_every)
+    return m

@@ -1,0 +1,227 @@
+"""The sphere map: parameters, their Adam state and per-sphere statistics in one packed layout.
+
+Each sphere is one row of ``params`` (C, 8) float32, C the allocated capacity:
+    [0:3] mean, metres, world frame      [3] log radius (radius in metres = exp)
+    [4:7] colour logits (RGB = sigmoid)   [7] opacity logit (opacity = sigmoid)
+Four geometric parameters (xyz + one radius); no rotations, no anisotropic scales.
+
+The Adam moments and every per-sphere statistic live in tensors with the same row layout, so
+adding and removing spheres keeps the optimiser state consistent by construction: removal
+compacts every row-aligned tensor with the same index. Capacity grows in chunks; the hard budget
+(``max_spheres`` and/or megabytes) is never exceeded: ``add`` keeps the first rows that fit.
+
+Only the mapping thread writes a ``SphereMap``. The tracker reads ``MapSnapshot`` objects the
+mapper publishes (immutable, detached, activated tensors) - see ``publish``/``latest``.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+PARAM_DIM = 8
+MEANS, LOG_RADIUS, COLOR, OPACITY = slice(0, 3), 3, slice(4, 7), 7
+# Per-sphere statistics kept for the pruner (row-aligned with params).
+STAT_NAMES = ("contribution", "error", "low_rounds", "age")
+
+
+def logit(p: torch.Tensor) -> torch.Tensor:
+    p = p.clamp(1e-4, 1 - 1e-4)
+    return torch.log(p / (1 - p))
+
+
+@dataclass(frozen=True)
+class MapSnapshot:
+    """An immutable published version of the map, ready to render.
+
+    means: (N, 3) float32 metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
+    opacities: (N,) in [0, 1]; version: increases with every publish.
+    """
+
+    means: torch.Tensor
+    radii: torch.Tensor
+    colors: torch.Tensor
+    opacities: torch.Tensor
+    version: int
+    ready: Optional[torch.cuda.Event] = None   # recorded on the mapper's stream (CUDA only)
+
+    @property
+    def size(self) -> int:
+        return int(self.means.shape[0])
+
+
+def bytes_per_sphere() -> int:
+    """Device bytes one sphere costs: params + two Adam moments + step + statistics."""
+    return 4 * (3 * PARAM_DIM + 1 + len(STAT_NAMES))
+
+
+class SphereMap:
+    """Sphere parameters with capacity management, Adam, statistics and snapshot publishing."""
+
+    def __init__(
+        self,
+        device: torch.device | str = "cpu",
+        max_spheres: int = 2_000_000,
+        max_mb: Optional[float] = None,
+        chunk: int = 65536,
+        lrs: Optional[dict] = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.chunk = int(chunk)
+        budget = int(max_spheres)
+        if max_mb is not None:
+            budget = min(budget, int(max_mb * 1e6 // bytes_per_sphere()))
+        if budget < 1:
+            raise ValueError(f"map budget must allow at least one sphere (max_spheres={max_spheres}, max_mb={max_mb})")
+        self.budget = budget
+        self.n = 0
+        self.capacity = 0
+        self.params = torch.zeros(0, PARAM_DIM, device=self.device)
+        self.exp_avg = torch.zeros(0, PARAM_DIM, device=self.device)
+        self.exp_avg_sq = torch.zeros(0, PARAM_DIM, device=self.device)
+        self.steps = torch.zeros(0, device=self.device)
+        self.stats = {name: torch.zeros(0, device=self.device) for name in STAT_NAMES}
+        lrs = lrs or {}
+        self.lr = torch.tensor(
+            [lrs.get("means", 5e-4)] * 3 + [lrs.get("radii", 5e-3)] + [lrs.get("colors", 5e-3)] * 3
+            + [lrs.get("opacities", 5e-2)],
+            device=self.device,
+        )
+        self._published: Optional[MapSnapshot] = None
+        self._version = 0
+        self._publish_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ views
+    def active(self) -> torch.Tensor:
+        """(N, 8) view of the live rows of ``params``."""
+        return self.params[: self.n]
+
+    def activated(self, rows: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
+        """(means (N,3), radii (N,), colors (N,3), opacities (N,)) from ``rows`` (default: live params)."""
+        p = self.active() if rows is None else rows
+        return p[:, MEANS], torch.exp(p[:, LOG_RADIUS]), torch.sigmoid(p[:, COLOR]), torch.sigmoid(p[:, OPACITY])
+
+    def nbytes(self) -> int:
+        """Bytes held by the live spheres (params, optimiser state, statistics)."""
+        return self.n * bytes_per_sphere()
+
+    # ------------------------------------------------------------------ growth
+    def _grow(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        cap = min(self.budget, int(math.ceil(needed / self.chunk) * self.chunk))
+        def grown(t: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros((cap,) + tuple(t.shape[1:]), dtype=t.dtype, device=self.device)
+            out[: self.n] = t[: self.n]
+            return out
+        self.params = grown(self.params)
+        self.exp_avg = grown(self.exp_avg)
+        self.exp_avg_sq = grown(self.exp_avg_sq)
+        self.steps = grown(self.steps)
+        self.stats = {k: grown(v) for k, v in self.stats.items()}
+        self.capacity = cap
+
+    def add(self, means: torch.Tensor, radii: torch.Tensor, colors: torch.Tensor, opacities: torch.Tensor) -> int:
+        """Append spheres (in priority order); returns how many fit in the budget.
+
+        means (M, 3) metres world; radii (M,) metres > 0; colors (M, 3) in [0, 1]; opacities (M,).
+        New rows start with zero Adam state and zero statistics.
+        """
+        m = min(int(means.shape[0]), self.budget - self.n)
+        if m <= 0:
+            return 0
+        self._grow(self.n + m)
+        rows = torch.empty(m, PARAM_DIM, device=self.device)
+        rows[:, MEANS] = means[:m].to(self.device, torch.float32)
+        rows[:, LOG_RADIUS] = torch.log(radii[:m].to(self.device, torch.float32).clamp_min(1e-6))
+        rows[:, COLOR] = logit(colors[:m].to(self.device, torch.float32))
+        rows[:, OPACITY] = logit(opacities[:m].to(self.device, torch.float32))
+        sl = slice(self.n, self.n + m)
+        self.params[sl] = rows
+        self.exp_avg[sl] = 0
+        self.exp_avg_sq[sl] = 0
+        self.steps[sl] = 0
+        for v in self.stats.values():
+            v[sl] = 0
+        self.n += m
+        return m
+
+    def remove(self, mask: torch.Tensor) -> int:
+        """Remove spheres where ``mask`` (N,) bool is True; compacts every row-aligned tensor."""
+        if mask.shape[0] != self.n:
+            raise ValueError(f"remove mask has {mask.shape[0]} entries for {self.n} spheres")
+        keep = torch.nonzero(~mask.to(self.device), as_tuple=False).squeeze(1)
+        k = int(keep.shape[0])
+        removed = self.n - k
+        if removed == 0:
+            return 0
+        for t in [self.params, self.exp_avg, self.exp_avg_sq, self.steps, *self.stats.values()]:
+            t[:k] = t[keep]
+            t[k : self.n] = 0
+        self.n = k
+        return removed
+
+    # ------------------------------------------------------------------ optimisation
+    def adam_step(self, grad: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15) -> None:
+        """One Adam update of the live rows from ``grad`` (N, 8); rows with zero grad stay put.
+
+        Bias correction is per row (a sphere added late has its own step count), so new spheres
+        take full-size first steps while old ones keep their history.
+        """
+        n = self.n
+        g = grad[:n]
+        touched = (g != 0).any(dim=1)
+        b1, b2 = betas
+        steps = self.steps[:n] + touched.float()
+        self.steps[:n] = steps
+        m = self.exp_avg[:n]
+        v = self.exp_avg_sq[:n]
+        t = touched[:, None]
+        m.copy_(torch.where(t, b1 * m + (1 - b1) * g, m))
+        v.copy_(torch.where(t, b2 * v + (1 - b2) * g * g, v))
+        s = steps.clamp_min(1)[:, None]
+        m_hat = m / (1 - b1 ** s)
+        v_hat = v / (1 - b2 ** s)
+        update = self.lr * m_hat / (v_hat.sqrt() + eps)
+        self.params[:n] -= torch.where(t, update, torch.zeros_like(update))
+
+    # ------------------------------------------------------------------ publishing
+    def publish(self) -> MapSnapshot:
+        """Make the current parameters the version the tracker renders (atomic swap)."""
+        with torch.no_grad():
+            means, radii, colors, opacities = (t.contiguous().clone() for t in self.activated())
+        ready = None
+        if means.is_cuda:
+            ready = torch.cuda.Event()
+            ready.record()
+        with self._publish_lock:
+            self._version += 1
+            snap = MapSnapshot(means, radii, colors, opacities, self._version, ready)
+            self._published = snap
+        return snap
+
+    def latest(self) -> Optional[MapSnapshot]:
+        """The last published snapshot (None before the first publish)."""
+        with self._publish_lock:
+            return self._published
+
+    # ------------------------------------------------------------------ state for save/load
+    def state_dict(self) -> dict:
+        return {"params": self.active().detach().cpu().clone()}
+
+    def load_rows(self, rows: torch.Tensor) -> None:
+        """Replace the map by raw parameter rows (N, 8) (e.g. loaded from a PLY)."""
+        if rows.ndim != 2 or rows.shape[1] != PARAM_DIM:
+            raise ValueError(f"expected (N, {PARAM_DIM}) parameter rows, got {tuple(rows.shape)}")
+        if rows.shape[0] > self.budget:
+            raise ValueError(f"map of {rows.shape[0]} spheres exceeds the budget of {self.budget}")
+        self.n = 0
+        self._grow(int(rows.shape[0]))
+        self.params.zero_(); self.exp_avg.zero_(); self.exp_avg_sq.zero_(); self.steps.zero_()
+        for v in self.stats.values():
+            v.zero_()
+        self.params[: rows.shape[0]] = rows.to(self.device, torch.float32)
+        self.n = int(rows.shape[0])

@@ -1,0 +1,206 @@
+"""The SLAM system: wires source -> tracking -> keyframes -> mapping, threaded or sequential.
+
+Threads (threaded mode):
+- caller's thread: reads the source, puts frames into ``frames`` (bounded: backpressure);
+  catches Ctrl-C.
+- tracking thread: owns the ``Tracker`` and ``KeyframeSelector``; reads only published map
+  snapshots; puts keyframes into ``keyframes`` (bounded).
+- mapping thread: owns the ``SphereMap``, ``KeyframeStore`` and ``Mapper`` (the only writer of
+  the map); publishes a snapshot after every keyframe.
+End of input closes the channels in order; an exception in any stage aborts every channel,
+every stage stops, and ``run`` re-raises it after the outputs so far are returned. Sequential
+mode runs the same steps in one thread in a fixed order: identical results run to run.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+import torch
+
+from slam.channel import Channel, Closed
+from slam.config import Config
+from slam.data.frame import Frame
+from slam.keyframes import Keyframe, KeyframeSelector, KeyframeStore
+from slam.mapping import Mapper
+from slam.observation import Observation
+from slam.recorder import FrameRecord, RunRecorder
+from slam.sphere_map import MapSnapshot, SphereMap
+from slam.tracking import Tracker
+
+log = logging.getLogger("slam.system")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda if available else cpu; anything else as given (checked)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"system.device is '{name}' but CUDA is not available on this machine")
+    return dev
+
+
+@dataclass
+class _KeyframeMsg:
+    keyframe: Keyframe
+
+
+class SlamSystem:
+    """Build from a ``Config``; call ``run(frames)``; read ``recorder``, ``smap``, ``store``."""
+
+    def __init__(self, cfg: Config, device: Optional[torch.device] = None) -> None:
+        self.cfg = cfg
+        self.device = device or resolve_device(cfg.system.device)
+        torch.manual_seed(cfg.system.seed)
+        backend = cfg.raster.backend
+        self.smap = SphereMap(
+            self.device, cfg.map.max_spheres, cfg.map.max_mb, cfg.map.chunk,
+            lrs={"means": cfg.mapping.lr_means, "radii": cfg.mapping.lr_radii,
+                 "colors": cfg.mapping.lr_colors, "opacities": cfg.mapping.lr_opacities},
+        )
+        self.store = KeyframeStore(cfg.mapping.max_keyframes, seed=cfg.system.seed)
+        self.tracker = Tracker(cfg.tracking, backend)
+        self.selector = KeyframeSelector(cfg.mapping)
+        self.mapper = Mapper(cfg.mapping, cfg.pruner, self.smap, self.store, backend, seed=cfg.system.seed)
+        self.recorder = RunRecorder()
+        self.frame_hooks: list[Callable[[Frame, FrameRecord, Optional[MapSnapshot]], None]] = []
+        self._map_ready = threading.Event()
+        self._errors: list[BaseException] = []
+        self._frames_ch = Channel(cfg.system.queue_size)
+        self._kf_ch = Channel(cfg.system.queue_size)
+
+    # ------------------------------------------------------------------ steps shared by both modes
+    def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
+        t0 = time.perf_counter()
+        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
+        snap = self.smap.latest()
+        if snap is None:  # first frame: it defines the world (ground-truth frame when known)
+            T_wc = frame.gt_pose.copy() if frame.gt_pose is not None else np.eye(4)
+            self.tracker.initialise(T_wc)
+            ok, recovered, loss = True, False, 0.0
+        else:
+            _wait_for(snap)
+            res = self.tracker.track(obs, snap)
+            T_wc, ok, recovered, loss = res.T_wc, res.ok, res.recovered, res.loss
+        is_kf = self.selector.is_keyframe(T_wc, ok)
+        ms = (time.perf_counter() - t0) * 1e3
+        rec = FrameRecord(frame.index, frame.timestamp, T_wc, frame.gt_pose, ok, recovered, loss, ms, is_kf)
+        self.recorder.add_frame(rec)
+        for hook in self.frame_hooks:
+            hook(frame, rec, snap)
+        kf = Keyframe.from_frame(frame, T_wc, self.cfg.mapping.keyframe_downscale) if is_kf else None
+        return rec, kf
+
+    def _map_keyframe(self, kf: Keyframe) -> None:
+        report = self.mapper.add_keyframe(kf)
+        self.recorder.add_mapping(report)
+        self._map_ready.set()
+
+    # ------------------------------------------------------------------ run
+    def run(self, frames: Iterable[Frame], progress: Optional[Callable[[FrameRecord], None]] = None) -> RunRecorder:
+        """Process every frame; returns the recorder. Re-raises the first stage error (after
+        stopping every stage); ``KeyboardInterrupt`` stops cleanly and is re-raised too."""
+        try:
+            if self.cfg.system.threaded:
+                self._run_threaded(frames, progress)
+            else:
+                self._run_sequential(frames, progress)
+        finally:
+            self.recorder.finish()
+        return self.recorder
+
+    def _run_sequential(self, frames, progress) -> None:
+        try:
+            for frame in frames:
+                rec, kf = self._track_frame(frame)
+                if kf is not None:
+                    self._map_keyframe(kf)
+                if progress:
+                    progress(rec)
+        except KeyboardInterrupt:
+            self.recorder.finish("interrupted (Ctrl-C)")
+            raise
+        except Exception as exc:
+            self.recorder.finish(f"error: {type(exc).__name__}: {exc}")
+            raise
+
+    def _run_threaded(self, frames, progress) -> None:
+        tracking = threading.Thread(target=self._guard, args=(self._tracking_loop, progress), name="tracking", daemon=True)
+        mapping = threading.Thread(target=self._guard, args=(self._mapping_loop,), name="mapping", daemon=True)
+        tracking.start()
+        mapping.start()
+        try:
+            for frame in frames:
+                if self._errors:
+                    break
+                self._frames_ch.put(frame)
+            self._frames_ch.close()
+        except Closed:
+            pass  # a stage failed and aborted the channels
+        except KeyboardInterrupt:
+            self.recorder.finish("interrupted (Ctrl-C)")
+            self._abort()
+            tracking.join()
+            mapping.join()
+            raise
+        except BaseException as exc:  # the source itself failed
+            self._errors.append(exc)
+            self._abort()
+        tracking.join()
+        mapping.join()
+        if self._errors:
+            exc = self._errors[0]
+            self.recorder.finish(f"error: {type(exc).__name__}: {exc}")
+            raise exc
+
+    def _guard(self, loop, *args) -> None:
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        try:
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                loop(*args)
+        except Closed:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - every stage error must reach the caller
+            log.error("%s thread failed: %s: %s", threading.current_thread().name, type(exc).__name__, exc)
+            self._errors.append(exc)
+            self._abort()
+
+    def _abort(self) -> None:
+        self._frames_ch.abort()
+        self._kf_ch.abort()
+        self._map_ready.set()
+
+    def _tracking_loop(self, progress) -> None:
+        try:
+            while True:
+                frame = self._frames_ch.get()
+                rec, kf = self._track_frame(frame)
+                if kf is not None:
+                    self._kf_ch.put(_KeyframeMsg(kf))
+                    if self.smap.latest() is None:
+                        self._map_ready.wait()  # the first keyframe must be mapped before tracking
+                if progress:
+                    progress(rec)
+        finally:
+            self._kf_ch.close()
+
+    def _mapping_loop(self) -> None:
+        while True:
+            msg = self._kf_ch.get()
+            self._map_keyframe(msg.keyframe)
+
+
+def _wait_for(snap: MapSnapshot) -> None:
+    """Make the current CUDA stream wait for the snapshot's producer and keep its memory alive."""
+    if snap.means.is_cuda:
+        stream = torch.cuda.current_stream(snap.means.device)
+        if snap.ready is not None:
+            stream.wait_event(snap.ready)
+        for t in (snap.means, snap.radii, snap.colors, snap.opacities):
+            t.record_stream(stream)

@@ -1,0 +1,122 @@
+"""SphereMap: add/remove/budget/chunked growth/optimiser-state consistency/snapshots/PLY."""
+import numpy as np
+import pytest
+import torch
+
+from slam.map_io import MapFormatError, load_map_rows, save_map
+from slam.sphere_map import PARAM_DIM, SphereMap, bytes_per_sphere
+
+
+def spheres(n, offset=0.0):
+    g = torch.Generator().manual_seed(int(offset * 100) + n)
+    means = torch.rand(n, 3, generator=g) + offset
+    radii = torch.full((n,), 0.01) + 0.001 * torch.arange(n)
+    colors = torch.rand(n, 3, generator=g) * 0.8 + 0.1
+    opac = torch.full((n,), 0.7)
+    return means, radii, colors, opac
+
+
+def test_add_grows_in_chunks_and_activates_exactly():
+    m = SphereMap(chunk=8)
+    means, radii, colors, opac = spheres(10)
+    assert m.add(means, radii, colors, opac) == 10
+    assert m.n == 10 and m.capacity == 16
+    mu, r, c, o = m.activated()
+    assert torch.allclose(mu, means) and torch.allclose(r, radii, rtol=1e-6)
+    assert torch.allclose(c, colors, atol=1e-5) and torch.allclose(o, opac, atol=1e-5)
+    m.add(*spheres(7, 1.0))
+    assert m.n == 17 and m.capacity == 24
+
+
+def test_budget_is_never_exceeded():
+    m = SphereMap(max_spheres=12, chunk=5)
+    assert m.add(*spheres(10)) == 10
+    assert m.add(*spheres(10, 2.0)) == 2          # only what fits, in priority order
+    assert m.n == 12 and m.capacity == 12
+    assert m.add(*spheres(3)) == 0
+    mb_map = SphereMap(max_mb=50 * bytes_per_sphere() / 1e6)
+    assert mb_map.budget == 50
+
+
+def test_remove_compacts_params_and_optimizer_state_together():
+    m = SphereMap(chunk=4)
+    m.add(*spheres(6))
+    grad = torch.zeros(m.capacity, PARAM_DIM)
+    grad[:6] = torch.arange(6, dtype=torch.float32)[:, None] + 1
+    m.adam_step(grad)
+    before_params = m.active().clone()
+    before_m = m.exp_avg[:6].clone()
+    m.stats["contribution"][:6] = torch.arange(6, dtype=torch.float32)
+    mask = torch.tensor([True, False, True, False, False, True])
+    assert m.remove(mask) == 3
+    keep = torch.tensor([1, 3, 4])
+    assert torch.equal(m.active(), before_params[keep])
+    assert torch.equal(m.exp_avg[:3], before_m[keep])
+    assert torch.equal(m.stats["contribution"][:3], keep.float())
+    assert torch.all(m.params[3:6] == 0) and torch.all(m.exp_avg[3:6] == 0)
+
+
+def test_adam_moves_only_touched_rows_with_per_row_bias_correction():
+    m = SphereMap(lrs={"means": 0.1})
+    m.add(*spheres(3))
+    start = m.active().clone()
+    grad = torch.zeros(3, PARAM_DIM)
+    grad[1, 0] = 5.0
+    m.adam_step(grad)
+    delta = m.active() - start
+    assert delta[0].abs().sum() == 0 and delta[2].abs().sum() == 0
+    # Adam's first step is lr * sign(grad) whatever the gradient's size.
+    assert delta[1, 0].item() == pytest.approx(-0.1, rel=1e-4)
+    assert m.steps[:3].tolist() == [0, 1, 0]
+
+
+def test_snapshot_is_detached_copy_and_versions_increase():
+    m = SphereMap()
+    m.add(*spheres(4))
+    s1 = m.publish()
+    m.params[:4, 0] += 1.0  # the mapper keeps optimising
+    assert not torch.allclose(s1.means[:, 0], m.active()[:, 0])
+    s2 = m.publish()
+    assert s2.version == s1.version + 1 and m.latest() is s2
+    assert not s1.means.requires_grad
+
+
+def test_ply_round_trip(tmp_path):
+    m = SphereMap()
+    m.add(*spheres(50))
+    path = tmp_path / "map.ply"
+    save_map(path, m.active())
+    rows = load_map_rows(path)
+    assert rows.shape == (50, PARAM_DIM)
+    assert torch.equal(rows[:, :4], m.active()[:, :4])      # means, log radius: bit-exact
+    assert torch.equal(rows[:, 7], m.active()[:, 7])        # opacity logit: bit-exact
+    assert torch.allclose(torch.sigmoid(rows[:, 4:7]), torch.sigmoid(m.active()[:, 4:7]), atol=1e-6)
+    from plyfile import PlyData
+    names = PlyData.read(str(path))["vertex"].data.dtype.names
+    for f in ["x", "f_dc_0", "opacity", "scale_2", "rot_3"]:
+        assert f in names
+
+
+def test_ply_bad_inputs(tmp_path):
+    from plyfile import PlyData, PlyElement
+    m = SphereMap()
+    m.add(*spheres(20))
+    good = tmp_path / "good.ply"
+    save_map(good, m.active())
+    truncated = tmp_path / "trunc.ply"
+    truncated.write_bytes(good.read_bytes()[:-100])
+    with pytest.raises(MapFormatError, match="trunc.ply"):
+        load_map_rows(truncated)
+    data = PlyData.read(str(good))["vertex"].data.copy()
+    data["scale_1"] += 0.5
+    aniso = tmp_path / "aniso.ply"
+    PlyData([PlyElement.describe(data, "vertex")]).write(str(aniso))
+    with pytest.raises(MapFormatError, match="anisotropic"):
+        load_map_rows(aniso)
+    pts = np.zeros(3, dtype=[("x", "f4"), ("y", "f4"), ("z", "f4")])
+    cloud = tmp_path / "cloud.ply"
+    PlyData([PlyElement.describe(pts, "vertex")]).write(str(cloud))
+    with pytest.raises(MapFormatError, match="missing fields"):
+        load_map_rows(cloud)
+    with pytest.raises(FileNotFoundError):
+        load_map_rows(tmp_path / "none.ply")
