@@ -102,6 +102,10 @@ class RosbagSource(FrameSource):
         counts = {}
         for c in reader.connections:
             counts[c.topic] = counts.get(c.topic, 0) + int(getattr(c, "msgcount", 0) or 0)
+        for role, _ in needed:
+            if counts.get(self.topics[role], 0) == 0:
+                hint = " (or set data.intrinsics)" if role == "info" else ""
+                raise FrameError(f"{self.path}: {role} topic '{self.topics[role]}' has no messages{hint}")
         self._n_estimate = min(counts.get(self.topics["color"], 0), counts.get(self.topics["depth"], 0))
 
     def __len__(self) -> int:

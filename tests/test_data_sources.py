@@ -1,0 +1,70 @@
+"""open_source dispatch, stride/first/last without reading skipped files, downscale, repeat."""
+import numpy as np
+import pytest
+
+import slam.data.sequence as sequence_mod
+from data_helpers import K_PARAMS, write_7scenes_sequence, write_replica_sequence, write_tum_sequence
+from slam.config import DataConfig
+from slam.data import RepeatSource, load_ground_truth, open_source
+from slam.data.frame import FrameSource
+
+
+@pytest.fixture
+def tum_seq(tmp_path):
+    return write_tum_sequence(tmp_path / "seq", n=10)
+
+
+def test_dispatch_each_dataset(tmp_path, tum_seq):
+    s7 = write_7scenes_sequence(tmp_path / "7s", n=3)
+    rep = write_replica_sequence(tmp_path / "rep", n=3)
+    for cfg in (DataConfig(dataset="tum", path=str(tum_seq)),
+                DataConfig(dataset="7scenes", path=str(s7)),
+                DataConfig(dataset="replica", path=str(rep), intrinsics=list(K_PARAMS))):
+        src = open_source(cfg)
+        assert isinstance(src, FrameSource)
+        frames = list(src)
+        assert len(frames) >= 3 and frames[0].gt_pose is not None
+
+
+def test_stride_first_last_read_only_selected_files(tum_seq, monkeypatch):
+    read = []
+    real = sequence_mod.read_color
+    monkeypatch.setattr(sequence_mod, "read_color", lambda p: read.append(p.name) or real(p))
+    src = open_source(DataConfig(dataset="tum", path=str(tum_seq), first=2, last=9, stride=3))
+    frames = list(src)
+    assert len(src) == 3 and [f.index for f in frames] == [0, 1, 2]
+    assert [round(f.timestamp, 4) for f in frames] == [round(100 + k / 30, 4) for k in (2, 5, 8)]
+    assert len(read) == 3  # frames 0, 1, 3, 4, 6, 7, 9 were never opened
+
+
+def test_downscale_scales_images_and_K(tum_seq):
+    full = next(iter(open_source(DataConfig(dataset="tum", path=str(tum_seq)))))
+    half = next(iter(open_source(DataConfig(dataset="tum", path=str(tum_seq), downscale=2))))
+    assert half.color.shape == (12, 16, 3) and half.depth.shape == (12, 16)
+    fx, fy, cx, cy = K_PARAMS
+    np.testing.assert_allclose(half.K, [[fx / 2, 0, (cx + 0.5) / 2 - 0.5], [0, fy / 2, (cy + 0.5) / 2 - 0.5], [0, 0, 1]])
+    # every downscaled depth is the median of valid full-res pixels: within the block's range
+    blocks = full.depth.reshape(12, 2, 16, 2)
+    assert np.all(half.depth <= blocks.max(axis=(1, 3)) + 1e-6)
+
+
+def test_repeat_keeps_index_and_time_increasing(tum_seq):
+    src = open_source(DataConfig(dataset="tum", path=str(tum_seq), repeat=3, last=4))
+    assert isinstance(src, RepeatSource) and len(src) == 12
+    frames = list(src)
+    assert [f.index for f in frames] == list(range(12))
+    t = np.array([f.timestamp for f in frames])
+    assert np.all(np.diff(t) > 0)
+    np.testing.assert_allclose(np.diff(t), 1 / 30, atol=1e-5)  # the period continues the frame rate
+    np.testing.assert_array_equal(frames[4].color, frames[0].color)
+    assert src.stats.delivered == 12
+
+
+def test_load_ground_truth_matches_frames(tmp_path, tum_seq):
+    t, poses = load_ground_truth(DataConfig(dataset="tum", path=str(tum_seq), stride=4))
+    assert poses.shape == (10, 4, 4) and len(t) == 10        # whole sequence, stride ignored
+    s7 = write_7scenes_sequence(tmp_path / "7s", n=3)
+    t7, p7 = load_ground_truth(DataConfig(dataset="7scenes", path=str(s7)))
+    np.testing.assert_allclose(t7, [0, 1 / 30, 2 / 30])
+    frames = list(open_source(DataConfig(dataset="7scenes", path=str(s7))))
+    np.testing.assert_allclose(p7[2], frames[2].gt_pose)
