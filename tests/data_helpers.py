@@ -103,12 +103,12 @@ INFO_TOPIC = "/camera/color/camera_info"
 def write_bag(path: Path, kind: str, n: int = 4, *, color_encoding: str = "rgb8",
               depth_encoding: str = "16UC1", info_after: int = 0, depth_offset: float = 0.003,
               w: int = W, h: int = H, extra_depth: Sequence[float] = (),
-              with_info: bool = True, period: float = 1 / 30) -> Path:
+              with_info: bool = True, period: float = 1 / 30, nan_depth: Sequence[int] = ()) -> Path:
     """Write a real bag (kind: 'ros1' .bag, 'sqlite3' or 'mcap' ROS 2 folder) with n frames.
 
     Colour at t = 10 + i * period s, depth at t + depth_offset; CameraInfo published before frame
     ``info_after`` (0 = before everything). ``extra_depth``: stamps of depth messages without
-    a colour partner.
+    a colour partner. ``nan_depth``: frame numbers whose depth is all NaN (32FC1) or 0 (16UC1).
     """
     from rosbags.typesys import Stores, get_typestore
 
@@ -151,6 +151,8 @@ def write_bag(path: Path, kind: str, n: int = 4, *, color_encoding: str = "rgb8"
         else:
             c = color
         msgs.append((t, COLOR_TOPIC, image(t, c, color_encoding)))
+        if i in nan_depth:
+            depth = np.full_like(depth, np.nan if depth_encoding == "32FC1" else 0.0)
         if depth_encoding == "32FC1":
             d = depth.astype(np.float32)
         else:

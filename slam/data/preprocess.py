@@ -42,7 +42,8 @@ def distortion_array(d: Optional[Sequence[float]], where: str) -> Optional[np.nd
         return None
     arr = np.asarray(d, dtype=np.float64).reshape(-1)
     if arr.size not in (4, 5, 8, 12, 14) or not np.all(np.isfinite(arr)):
-        raise CalibrationError(f"{where}: distortion must be 4, 5, 8, 12 or 14 finite OpenCV coefficients, got {list(arr)}")
+        raise CalibrationError(f"{where}: distortion must be 4, 5, 8, 12 or 14 finite OpenCV coefficients, "
+                               f"got {arr.tolist()}")
     return None if not np.any(arr) else arr
 
 

@@ -208,7 +208,7 @@ def read_camera_yaml(path: Path) -> Calibration:
         raise CalibrationError(f"{path}: expected a mapping with fx, fy, cx, cy, got {type(data).__name__}")
     params = [_yaml_number(data, k, path) for k in ("fx", "fy", "cx", "cy")]
     K = K_from_params(params, str(path))
-    dist = distortion_array(data.get("distortion"), f"{path}: distortion")
+    dist = distortion_array(data.get("distortion"), str(path))
     scale = _yaml_number(data, "depth_scale", path, required=False) or TUM_DEPTH_UNITS
     if scale <= 0:
         raise CalibrationError(f"{path}: depth_scale must be > 0, got {scale}")

@@ -1,0 +1,247 @@
+"""The bad-input catalogue: every case is a clear error naming the file, or a counted skip.
+
+Errors: ``FrameError`` subclasses (``DataNotFoundError`` is also a ``FileNotFoundError``) whose
+message names the file and the problem. Skips: a warning on logger ``slam.data`` and a count in
+``source.stats``; the rest of the sequence is delivered.
+"""
+import logging
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+
+from data_helpers import (COLOR_TOPIC, DEPTH_TOPIC, INFO_TOPIC, write_7scenes_sequence, write_bag,
+                          write_replica_sequence, write_tum_sequence)
+from slam.config import DataConfig
+from slam.data import open_source
+from slam.data.errors import CalibrationError, DataNotFoundError
+from slam.data.frame import FrameError
+from slam.trajectory_io import TrajectoryFormatError, read_tum_trajectory
+
+
+def tum(path, **kw):
+    return open_source(DataConfig(dataset="tum", path=str(path), **kw))
+
+
+def bag(path, **kw):
+    kw.setdefault("color_topic", COLOR_TOPIC)
+    kw.setdefault("depth_topic", DEPTH_TOPIC)
+    kw.setdefault("camera_info_topic", INFO_TOPIC)
+    return open_source(DataConfig(dataset="rosbag", path=str(path), **kw))
+
+
+def rgb_files(seq):
+    return sorted((seq / "rgb").iterdir())
+
+
+def depth_files(seq):
+    return sorted((seq / "depth").iterdir())
+
+
+@pytest.fixture
+def seq(tmp_path):
+    return write_tum_sequence(tmp_path / "seq", n=5)
+
+
+# ----------------------------------------------------------------------------- missing things
+@pytest.mark.parametrize("dataset", ["tum", "7scenes", "replica", "rosbag"])
+def test_missing_folder(tmp_path, dataset):
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError, match="nope.*not found") as err:
+        open_source(DataConfig(dataset=dataset, path=str(missing), intrinsics=[1.0, 1.0, 0.0, 0.0]))
+    assert isinstance(err.value, DataNotFoundError) and isinstance(err.value, FrameError)
+
+
+@pytest.mark.parametrize("index", ["rgb.txt", "depth.txt"])
+def test_missing_tum_index_file(seq, index):
+    (seq / index).unlink()
+    with pytest.raises(DataNotFoundError, match=rf"{index}: index file not found"):
+        tum(seq)
+
+
+def test_missing_replica_traj_and_empty_7scenes_folder(tmp_path):
+    rep = write_replica_sequence(tmp_path / "rep", n=2)
+    (rep / "traj.txt").unlink()
+    with pytest.raises(DataNotFoundError, match="traj.txt: trajectory file not found"):
+        open_source(DataConfig(dataset="replica", path=str(rep), intrinsics=[1.0, 1.0, 0.0, 0.0]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataNotFoundError, match="no frame-XXXXXX.color"):
+        open_source(DataConfig(dataset="7scenes", path=str(tmp_path / "empty")))
+
+
+def test_missing_image_in_the_middle_is_skipped(seq, caplog):
+    victim = rgb_files(seq)[2]
+    victim.unlink()
+    src = tum(seq)
+    with caplog.at_level(logging.WARNING, logger="slam.data"):
+        frames = list(src)
+    assert [f.index for f in frames] == [0, 1, 3, 4]          # the gap stays visible in the index
+    assert src.stats.skipped == 1 and src.stats.delivered == 4
+    assert src.stats.skip_reasons[0].endswith(f"{victim.name}: file is missing")
+    assert victim.name in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "truncated"])
+def test_unreadable_images_are_skipped(tmp_path, damage):
+    seq = write_tum_sequence(tmp_path / "seq", n=4, ext="jpg")
+    victim_c = rgb_files(seq)[1]
+    victim_d = depth_files(seq)[2]
+    for victim in (victim_c, victim_d):
+        data = victim.read_bytes()
+        victim.write_bytes({"garbage": b"not an image at all" * 10, "empty": b"",
+                            "truncated": data[: len(data) // 2]}[damage])
+    src = tum(seq)
+    frames = list(src)
+    assert [f.index for f in frames] == [0, 3]
+    assert src.stats.skipped == 2
+    reasons = " ".join(src.stats.skip_reasons)
+    assert victim_c.name in reasons and victim_d.name in reasons
+
+
+def test_every_frame_unusable_is_an_error(seq):
+    for p in rgb_files(seq):
+        p.unlink()
+    src = tum(seq)
+    with pytest.raises(FrameError, match="no usable frame among 5 selected"):
+        list(src)
+
+
+# ----------------------------------------------------------------------------- wrong content
+def test_colour_depth_size_mismatch(seq):
+    victim = rgb_files(seq)[0]
+    cv2.imwrite(str(victim), np.zeros((10, 12, 3), np.uint8))
+    with pytest.raises(FrameError, match=rf"{victim.name} is 12x10 but .*depth.* is 32x24"):
+        list(tum(seq))
+
+
+def test_depth_of_wrong_dtype(seq):
+    victim = depth_files(seq)[0]
+    cv2.imwrite(str(victim), np.full((24, 32), 100, np.uint8))   # an 8-bit depth PNG
+    with pytest.raises(FrameError, match=rf"{victim.name}: depth image must be 16-bit .* got uint8"):
+        list(tum(seq))
+    cv2.imwrite(str(victim), np.zeros((24, 32, 3), np.uint16))   # a 3-channel "depth"
+    with pytest.raises(FrameError, match="single-channel"):
+        list(tum(seq))
+
+
+def test_image_size_contradicts_camera_yaml(seq):
+    (seq / "camera.yaml").write_text("fx: 30\nfy: 30\ncx: 15\ncy: 11\nwidth: 640\nheight: 480\n")
+    with pytest.raises(FrameError, match="calibration is for 640x480"):
+        list(tum(seq))
+
+
+def test_all_invalid_depth_is_skipped(seq):
+    cv2.imwrite(str(depth_files(seq)[1]), np.zeros((24, 32), np.uint16))
+    cv2.imwrite(str(depth_files(seq)[3]), np.full((24, 32), 65535, np.uint16))
+    src = tum(seq)
+    assert [f.index for f in src] == [0, 2, 4]
+    assert src.stats.skipped == 2 and "no valid pixel" in src.stats.skip_reasons[0]
+
+
+def test_nan_depth_in_bag_all_skipped_partial_cleaned(tmp_path):
+    path = write_bag(tmp_path / "nan.bag", "ros1", n=3, depth_encoding="32FC1", nan_depth=[1])
+    src = bag(path)
+    frames = list(src)
+    assert [f.index for f in frames] == [0, 2] and src.stats.skipped == 1
+    assert all(np.isfinite(f.depth).all() for f in frames)
+
+
+# ----------------------------------------------------------------------------- index files
+def test_timestamps_out_of_order(seq):
+    lines = (seq / "rgb.txt").read_text().splitlines()
+    lines[3], lines[4] = lines[4], lines[3]
+    (seq / "rgb.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(FrameError, match=r"rgb.txt:5: timestamp .* is not after the previous one"):
+        tum(seq)
+
+
+def test_malformed_index_line(seq):
+    with open(seq / "depth.txt", "a") as fh:
+        fh.write("100.5\n")
+    with pytest.raises(FrameError, match=r"depth.txt:\d+: expected 'timestamp filename'"):
+        tum(seq)
+
+
+def test_association_gap_beyond_tolerance(seq, caplog):
+    lines = (seq / "depth.txt").read_text().splitlines()
+    (seq / "depth.txt").write_text("\n".join(l for l in lines if not l.startswith("100.07")) + "\n")
+    with caplog.at_level(logging.WARNING, logger="slam.data"):
+        src = tum(seq, max_time_diff=0.01)
+    assert len(src) == 4 and src.stats.skipped == 1
+    assert "1 of 5 colour images have no depth image within 0.010 s" in caplog.text
+    assert len(list(src)) == 4
+    with pytest.raises(FrameError, match="no colour image has a depth image within"):
+        tum(seq, max_time_diff=0.001)
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("100.0 1 2 3 0 0 0\n", "expected 8 values"),
+    ("100.0 1 2 x 0 0 0 1\n", "not a number"),
+    ("100.0 1 2 3 0 0 0 0\n", "quaternion .* has norm 0.0000"),
+])
+def test_malformed_ground_truth_lines(seq, bad, msg):
+    gt = seq / "groundtruth.txt"
+    gt.write_text("# gt\n" + bad)
+    with pytest.raises(TrajectoryFormatError, match=rf"groundtruth.txt:2: {msg}"):
+        tum(seq)
+    with pytest.raises(TrajectoryFormatError, match="groundtruth.txt:2"):
+        read_tum_trajectory(gt)
+
+
+def test_malformed_replica_traj_and_7scenes_pose(tmp_path):
+    rep = write_replica_sequence(tmp_path / "rep", n=3)
+    lines = (rep / "traj.txt").read_text().splitlines()
+    lines[1] = " ".join(lines[1].split()[:12])
+    (rep / "traj.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(FrameError, match=r"traj.txt:2: expected 16 numbers"):
+        open_source(DataConfig(dataset="replica", path=str(rep), intrinsics=[1.0, 1.0, 0.0, 0.0]))
+    s7 = write_7scenes_sequence(tmp_path / "s7", n=2)
+    (s7 / "frame-000001.pose.txt").write_text("1 0 0\n0 1 0\n")
+    with pytest.raises(FrameError, match=r"frame-000001.pose.txt: pose must be a 4x4 matrix"):
+        list(open_source(DataConfig(dataset="7scenes", path=str(s7))))
+
+
+# ----------------------------------------------------------------------------- intrinsics
+def test_intrinsics_of_the_wrong_shape(tmp_path, seq):
+    s7 = write_7scenes_sequence(tmp_path / "s7", n=1)
+    np.savetxt(s7 / "camera-intrinsics.txt", np.eye(3)[:2])
+    with pytest.raises(CalibrationError, match=r"camera-intrinsics.txt: intrinsics must be a 3x3 matrix"):
+        open_source(DataConfig(dataset="7scenes", path=str(s7)))
+    np.savetxt(s7 / "camera-intrinsics.txt", np.zeros((3, 3)))
+    with pytest.raises(CalibrationError, match="not a pinhole matrix"):
+        open_source(DataConfig(dataset="7scenes", path=str(s7)))
+    with pytest.raises(CalibrationError, match=r"data.intrinsics: intrinsics must be 4"):
+        tum(seq, intrinsics=[500.0, 500.0, 320.0, 240.0, 1.0])
+    (seq / "camera.yaml").write_text("fx: 30\nfy: 30\ncx: 15\n")
+    with pytest.raises(CalibrationError, match=r"camera.yaml: missing key 'cy'"):
+        tum(seq)
+    (seq / "camera.yaml").write_text("fx: 30\nfy: 30\ncx: 15\ncy: 11\ndistortion: [0.1, 0.2]\n")
+    with pytest.raises(CalibrationError, match="camera.yaml: distortion must be"):
+        tum(seq)
+
+
+# ----------------------------------------------------------------------------- bags
+def test_unknown_bag_topic_lists_the_available_ones(tmp_path):
+    path = write_bag(tmp_path / "t.bag", "ros1", n=1)
+    with pytest.raises(FrameError, match=r"t.bag: color topic '/rgb' is not in the bag; topics: .*image_raw"):
+        bag(path, color_topic="/rgb")
+    with pytest.raises(FrameError, match="carries sensor_msgs/msg/CameraInfo, expected sensor_msgs/msg/Image"):
+        bag(path, depth_topic=INFO_TOPIC)
+
+
+def test_unknown_bag_encoding(tmp_path):
+    path = write_bag(tmp_path / "enc.bag", "ros1", n=1, depth_encoding="16UC1", color_encoding="mono8")
+    with pytest.raises(FrameError, match=r"enc.bag: topic '.*' has encoding 'mono8'; depth must be one of"):
+        list(bag(path, depth_topic=COLOR_TOPIC, color_topic=DEPTH_TOPIC))
+
+
+@pytest.mark.parametrize("kind", ["ros1", "sqlite3", "mcap"])
+def test_truncated_bag(tmp_path, kind):
+    path = write_bag(tmp_path / ("b.bag" if kind == "ros1" else kind), kind, n=3)
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.suffix in (".db3", ".mcap")]
+    for f in files:
+        data = f.read_bytes()
+        f.write_bytes(data[: int(len(data) * 0.6)])
+    with pytest.raises(FrameError, match=rf"{path.name}: cannot open bag .* truncated"):
+        bag(path)
