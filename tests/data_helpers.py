@@ -14,11 +14,11 @@ K_PARAMS = (30.0, 31.0, 15.5, 11.5)
 
 
 def synthetic_pose(i: int) -> np.ndarray:
-    """A smooth T_wc path: translation along x/z and a slow yaw."""
+    """A smooth, curved (non-collinear) T_wc path with a slow yaw."""
     a = 0.05 * i
     T = np.eye(4)
     T[:3, :3] = np.array([[np.cos(a), 0, np.sin(a)], [0, 1, 0], [-np.sin(a), 0, np.cos(a)]])
-    T[:3, 3] = [0.1 * i, 0.02 * i, 0.5 - 0.03 * i]
+    T[:3, 3] = [0.1 * i, 0.02 * i * i, 0.5 - 0.03 * i + 0.05 * np.sin(i)]
     return T
 
 

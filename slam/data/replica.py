@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -85,3 +85,12 @@ class ReplicaSource(SequenceSource):
         entries = [Entry(n / REPLICA_FPS, p, results / f"depth{n:06d}.png", poses[n]) for n, p in frames]
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
                          downscale=downscale, where=str(folder))
+
+
+def replica_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:
+    """traj.txt of a Replica sequence -> (timestamps n/30 (N,), poses (N, 4, 4) T_wc); needs no intrinsics."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: Replica sequence folder not found")
+    poses = read_flat_poses(folder / "traj.txt")
+    return np.arange(len(poses)) / REPLICA_FPS, poses

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -97,3 +97,22 @@ class SevenScenesSource(SequenceSource):
         if not self._warned_pose:
             log.warning(msg + " (further such warnings suppressed)")
             self._warned_pose = True
+
+
+def seven_scenes_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:
+    """All finite frame poses of a 7-Scenes folder -> (timestamps n/30 (N,), poses (N, 4, 4)); reads no images."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: 7-Scenes sequence folder not found")
+    stamps, poses = [], []
+    for p in sorted(folder.glob("frame-*.pose.txt")):
+        m = re.match(r"^frame-(\d+)\.pose\.txt$", p.name)
+        if not m:
+            continue
+        T = read_matrix(p, (4, 4), "pose")
+        if np.all(np.isfinite(T)):
+            stamps.append(int(m.group(1)) / SEVEN_SCENES_FPS)
+            poses.append(T)
+    if not poses:
+        raise DataNotFoundError(f"{folder}: no frame-XXXXXX.pose.txt ground truth")
+    return np.asarray(stamps), np.asarray(poses)

@@ -47,19 +47,27 @@ def open_source(cfg) -> FrameSource:
 
 
 def load_ground_truth(cfg) -> Tuple[np.ndarray, np.ndarray]:
-    """Ground truth of the whole sequence a ``DataConfig`` names, without reading images.
+    """Ground truth of the whole sequence a ``DataConfig`` names; reads no images, needs no calibration.
 
-    Returns (timestamps (N,) s, poses (N, 4, 4) T_wc) in the timestamps the loader gives its
-    frames (so an estimated trajectory written from ``Frame.timestamp`` associates exactly).
-    Raises ``FrameError`` for a source that has no ground truth (bags).
+    Returns (timestamps (N,) s, poses (N, 4, 4) T_wc) in the time base the loader gives its frames
+    (so a trajectory written from ``Frame.timestamp`` associates exactly). first/last/stride are
+    ignored. Raises ``FrameError`` for bags (no ground truth) and ``DataNotFoundError`` if absent.
     """
     from slam.data.frame import FrameError
 
+    path = resolve_data_path(cfg.path)
+    if cfg.dataset == "tum":
+        from slam.data.tum import tum_ground_truth
+        return tum_ground_truth(path)
+    if cfg.dataset == "7scenes":
+        from slam.data.sevenscenes import seven_scenes_ground_truth
+        return seven_scenes_ground_truth(path)
+    if cfg.dataset == "replica":
+        from slam.data.replica import replica_ground_truth
+        return replica_ground_truth(path)
     if cfg.dataset == "rosbag":
-        raise FrameError(f"{cfg.path}: bags carry no ground truth; pass a TUM file with --gt")
-    src = open_source(cfg)
-    inner = src.inner if isinstance(src, RepeatSource) else src
-    return inner.ground_truth()
+        raise FrameError(f"{cfg.path}: bags carry no ground truth; pass a TUM trajectory file as ground truth")
+    raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
 
 
 class RepeatSource(FrameSource):

@@ -290,3 +290,14 @@ class TumSource(SequenceSource):
         """All of groundtruth.txt: (timestamps (N,), poses (N, 4, 4) T_wc); empty if absent."""
         poses = np.stack([pose_from_tum(r) for r in self.gt_rows]) if len(self.gt_rows) else np.zeros((0, 4, 4))
         return self.gt_t.copy(), poses
+
+
+def tum_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:
+    """groundtruth.txt of a TUM sequence -> (timestamps (N,), poses (N, 4, 4) T_wc); needs no calibration."""
+    gt_file = Path(folder) / "groundtruth.txt"
+    if not Path(folder).is_dir():
+        raise DataNotFoundError(f"{folder}: TUM sequence folder not found")
+    if not gt_file.is_file():
+        raise DataNotFoundError(f"{gt_file}: ground-truth file not found")
+    t, rows = parse_tum_lines(gt_file)
+    return t, (np.stack([pose_from_tum(r) for r in rows]) if len(rows) else np.zeros((0, 4, 4)))

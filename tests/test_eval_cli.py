@@ -1,0 +1,65 @@
+"""slam_eval / scripts/evaluate_trajectory.py on files written in tmp_path."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_helpers import synthetic_pose, write_7scenes_sequence, write_replica_sequence, write_tum_sequence
+from slam.eval.cli import main
+from slam.trajectory_io import write_tum_trajectory
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def noisy(poses, scale=0.01, seed=0):
+    out = poses.copy()
+    out[:, :3, 3] += np.random.default_rng(seed).normal(scale=scale, size=(len(poses), 3))
+    return out
+
+
+def test_gt_file_table_and_json(tmp_path, capsys):
+    t = np.arange(20) / 30
+    gt = np.stack([synthetic_pose(i) for i in range(20)])
+    write_tum_trajectory(tmp_path / "gt.txt", t, gt)
+    write_tum_trajectory(tmp_path / "est.txt", t, noisy(gt))
+    rc = main([str(tmp_path / "est.txt"), "--gt", str(tmp_path / "gt.txt"), "--json", str(tmp_path / "m.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "ATE [m]" in out and "RPE rot [deg]" in out and "SE3 Umeyama, no scale" in out
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["frames"] == 20 and 0.005 < m["ate_rmse_m"] < 0.02 and m["scope"] == "all frames"
+
+
+@pytest.mark.parametrize("dataset", ["tum", "7scenes", "replica"])
+def test_against_each_dataset_layout(tmp_path, dataset, capsys):
+    n = 6
+    seq = {"tum": write_tum_sequence, "7scenes": write_7scenes_sequence,
+           "replica": write_replica_sequence}[dataset](tmp_path / "seq", n=n)
+    t = 100 + np.arange(n) / 30 if dataset == "tum" else np.arange(n) / 30
+    gt = np.stack([synthetic_pose(i) for i in range(n)])
+    write_tum_trajectory(tmp_path / "est.txt", t, gt)
+    rc = main([str(tmp_path / "est.txt"), "--dataset", dataset, "--path", str(seq), "--json", str(tmp_path / "m.json")])
+    assert rc == 0, capsys.readouterr().err
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["frames"] == n and m["ate_rmse_m"] < 1e-6
+
+
+def test_bad_input_exit_status(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.txt"), "--gt", str(tmp_path / "gt.txt")]) == 2
+    assert "missing.txt: trajectory file not found" in capsys.readouterr().err
+    (tmp_path / "est.txt").write_text("1.0 0 0 0 0 0 0\n")
+    assert main([str(tmp_path / "est.txt"), "--gt", str(tmp_path / "est.txt")]) == 2
+    assert "est.txt:1: expected 8 values" in capsys.readouterr().err
+
+
+def test_script_runs_from_a_checkout(tmp_path):
+    t = np.arange(10) / 30
+    gt = np.stack([synthetic_pose(i) for i in range(10)])
+    write_tum_trajectory(tmp_path / "gt.txt", t, gt)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "evaluate_trajectory.py"), str(tmp_path / "gt.txt"),
+                           "--gt", str(tmp_path / "gt.txt")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ATE [m]" in proc.stdout

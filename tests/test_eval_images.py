@@ -1,0 +1,41 @@
+"""Image metrics: PSNR, SSIM (pytorch_msssim), depth L1 over valid pixels."""
+import math
+
+import pytest
+import torch
+
+from slam.eval.images import depth_l1, psnr, ssim
+
+
+def test_psnr_known_values():
+    target = torch.rand(3, 16, 20, generator=torch.Generator().manual_seed(0)) * 0.8
+    assert psnr(target + 0.1, target) == pytest.approx(20.0, abs=1e-4)          # MSE 0.01
+    assert psnr(target * 255 + 2.55, target * 255, data_range=255.0) == pytest.approx(40.0, abs=1e-3)
+    assert math.isinf(psnr(target, target))
+    pred = target.clone()
+    pred[:, :8] += 0.1
+    mask = torch.zeros(16, 20, dtype=torch.bool)
+    mask[:8] = True
+    assert psnr(pred, target, mask=mask) == pytest.approx(20.0, abs=1e-4)       # only the masked half
+    with pytest.raises(ValueError, match="differ in shape"):
+        psnr(pred[:, :4], target)
+
+
+def test_ssim_identity_and_monotone_in_noise():
+    g = torch.Generator().manual_seed(1)
+    img = torch.rand(1, 3, 32, 32, generator=g)
+    assert ssim(img, img) == pytest.approx(1.0, abs=1e-6)
+    n1 = (img + 0.05 * torch.randn(img.shape, generator=g)).clamp(0, 1)
+    n2 = (img + 0.20 * torch.randn(img.shape, generator=g)).clamp(0, 1)
+    assert 1.0 > ssim(n1, img) > ssim(n2, img) > 0.0
+    small = torch.rand(3, 8, 9, generator=g)                                     # under the 11 px window
+    assert ssim(small, small) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_depth_l1_over_valid_target_pixels():
+    target = torch.tensor([[1.0, 2.0], [0.0, float("nan")]])
+    pred = torch.tensor([[1.5, 0.0], [7.0, 3.0]])
+    # valid: (0,0) err 0.5, (0,1) err 2.0 (a hole in the prediction counts); invalid ignored
+    assert depth_l1(pred, target) == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="no valid pixel"):
+        depth_l1(pred, torch.zeros(2, 2))
