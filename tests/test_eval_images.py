@@ -30,6 +30,10 @@ def test_ssim_identity_and_monotone_in_noise():
     assert 1.0 > ssim(n1, img) > ssim(n2, img) > 0.0
     small = torch.rand(3, 8, 9, generator=g)                                     # under the 11 px window
     assert ssim(small, small) == pytest.approx(1.0, abs=1e-6)
+    # channels-last (H, W, 3), as the renderer outputs, gives the same numbers
+    hwc, ref = n1[0].permute(1, 2, 0), img[0].permute(1, 2, 0)
+    assert ssim(hwc, ref) == pytest.approx(ssim(n1, img), abs=1e-6)
+    assert psnr(hwc, ref) == pytest.approx(psnr(n1, img), abs=1e-6)
 
 
 def test_depth_l1_over_valid_target_pixels():

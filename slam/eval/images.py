@@ -1,7 +1,9 @@
 """Image metrics on torch tensors: PSNR, SSIM (pytorch_msssim), depth L1 over valid pixels.
 
-Colour tensors are (3, H, W) or (B, 3, H, W) floats in [0, data_range]; depth tensors are (H, W)
-or (B, 1, H, W) metres with 0 / non-finite = invalid. Every function returns a Python float.
+Colour tensors are (3, H, W), (B, 3, H, W) or channels-last (H, W, 3) (as the renderer and
+``Frame`` use; recognised when the last dimension is 1 or 3 and the first is not) floats in
+[0, data_range]; depth tensors are any matching shapes in metres with 0 / non-finite = invalid.
+Every function returns a Python float.
 """
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ import torch
 
 
 def _as_batch(img: torch.Tensor) -> torch.Tensor:
+    """(C, H, W) | (H, W, C) | (B, C, H, W) -> (B, C, H, W)."""
     if img.dim() == 3:
+        if img.shape[-1] in (1, 3) and img.shape[0] not in (1, 3):
+            img = img.permute(2, 0, 1)
         return img.unsqueeze(0)
     if img.dim() != 4:
         raise ValueError(f"expected (C, H, W) or (B, C, H, W), got {tuple(img.shape)}")
