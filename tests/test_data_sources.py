@@ -68,3 +68,18 @@ def test_load_ground_truth_matches_frames(tmp_path, tum_seq):
     np.testing.assert_allclose(t7, [0, 1 / 30, 2 / 30])
     frames = list(open_source(DataConfig(dataset="7scenes", path=str(s7))))
     np.testing.assert_allclose(p7[2], frames[2].gt_pose)
+
+
+def test_bundled_sample_default_config():
+    """The default DataConfig (path: sample) opens the committed sample through camera.yaml."""
+    from slam.resources import sample_dir
+
+    if not (sample_dir() / "rgb.txt").is_file():
+        pytest.skip(f"bundled sample not present at {sample_dir()}")
+    src = open_source(DataConfig(stride=25))
+    frames = list(src)
+    assert len(frames) >= 2 and src.stats.skipped == 0
+    f = frames[0]
+    assert f.color.dtype == np.uint8 and f.depth.dtype == np.float32 and f.gt_pose is not None
+    assert f.depth.shape == f.color.shape[:2] and (f.depth > 0).mean() > 0.5
+    assert f.K[0, 0] > 0 and f.distortion is None
