@@ -76,7 +76,7 @@ def gsplat_render(means, radii, colors, opacities, K, width, height, background)
     Kg[1, 2] += 0.5
     viewmat = torch.eye(4, device=means.device, dtype=means.dtype)
     img, alpha, _ = rasterization(
-        means, quats, radii[:, None].expand(n, 3), opacities, colors, viewmat[None], Kg[None],
+        means, quats, radii[:, None].repeat(1, 3), opacities, colors, viewmat[None], Kg[None],
         width, height, near_plane=0.01, far_plane=100.0, eps2d=0.3, packed=False,
         render_mode="RGB+D", rasterize_mode="classic", radius_clip=0.0)
     img, alpha = img[0], alpha[0, ..., 0]

@@ -79,26 +79,26 @@ def adversarial_scenes():
 
 
 def render(scene, backend, device="cpu", cotangent_seed=0, background=(0.1, 0.2, 0.3),
-           pixel_error=True):
+           pixel_error=True, with_stats=True):
     """Forward + backward with random output cotangents. Returns (outputs, grads, stats)."""
     ps = [scene[k].to(device).clone().requires_grad_() for k in
           ("means", "radii", "colors", "opacities")]
     n = ps[0].shape[0]
-    stats = rasterizer.SphereStats(n, device)
+    stats = rasterizer.SphereStats(n, device) if with_stats else None
     out = rasterizer.rasterize_spheres(*ps, scene["K"], scene["width"], scene["height"],
                                        background=torch.tensor(background, device=device),
                                        backend=backend, stats=stats)
     g = torch.Generator().manual_seed(cotangent_seed)
     cots = [torch.randn(o.shape, generator=g).to(device) for o in out]
-    if pixel_error:
+    if pixel_error and stats is not None:
         stats.pixel_error = torch.rand(out.alpha.shape, generator=g).to(device)
     loss = sum((o * c).sum() for o, c in zip(out, cots))
     if n > 0:
         loss.backward()
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in ps]
     cpu = lambda ts: [t.detach().cpu() for t in ts]
-    return (cpu(out), cpu(grads),
-            cpu([stats.weight_sum, stats.error_sum, stats.count]))
+    st = [stats.weight_sum, stats.error_sum, stats.count] if stats is not None else []
+    return cpu(out), cpu(grads), cpu(st)
 
 
 def rel_l2(a, b):

@@ -1,0 +1,485 @@
+// CUDA backend of the sphere rasterizer.
+//
+// forward: project (one thread per sphere: centre, inverse variances, tile count, depth key)
+//   -> radix sort of the spheres by depth (32-bit keys; stable, so ties keep index order)
+//   -> scan of the tile counts in depth order, one host read of the total
+//   -> emit (tile id, sphere) pairs in depth order
+//   -> stable radix sort of the pairs by tile id only (16-bit keys, ceil(log2(tiles)) bits), so
+//      each tile's list stays in (depth, index) order
+//   -> tile ranges -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
+//      batches of 256 spheres, early exit when every pixel of the tile is done).
+// backward: per-tile back-to-front replay from each pixel's last blended sphere, warp-level
+//   reduction of the per-sphere gradients (and pruner statistics) before one atomic per warp,
+//   then a per-sphere kernel that chains the screen-space gradients to the 3D centre and radius.
+// Uses nothing newer than CUDA 11.4 provides.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cub/cub.cuh>
+#include <vector>
+
+#include "sphere_math.h"
+
+namespace {
+
+constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
+constexpr unsigned kFull = 0xffffffffu;
+
+#define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+__global__ void project_kernel(int n, const float* __restrict__ means,
+                               const float* __restrict__ radii, sr::Camera cam,
+                               float4* __restrict__ splats, uint32_t* __restrict__ depth_keys,
+                               int32_t* __restrict__ iota, int32_t* __restrict__ counts) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
+  sr::Splat s{0.f, 0.f, 0.f, 0.f};
+  int cnt = 0;
+  if (sr::project_sphere(x, y, z, radii[i], cam, s)) {
+    int tx0, tx1, ty0, ty1;
+    cnt = sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
+  }
+  splats[i] = make_float4(s.u, s.v, s.ia, s.ic);
+  depth_keys[i] = sr::depth_key(z, cnt > 0);
+  iota[i] = i;
+  counts[i] = cnt;
+}
+
+__global__ void gather_counts_kernel(int n, const int32_t* __restrict__ order,
+                                     const int32_t* __restrict__ counts,
+                                     int32_t* __restrict__ out) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = counts[order[k]];
+}
+
+template <typename KeyT>
+__global__ void emit_kernel(int n, sr::Camera cam, const int32_t* __restrict__ order,
+                            const int32_t* __restrict__ offsets, const float4* __restrict__ splats,
+                            KeyT* __restrict__ keys, int32_t* __restrict__ vals) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  int32_t pos = k == 0 ? 0 : offsets[k - 1];
+  const int32_t end = offsets[k];
+  if (pos == end) return;
+  const int32_t i = order[k];
+  const float4 g = splats[i];
+  const sr::Splat s{g.x, g.y, g.z, g.w};
+  int tx0, tx1, ty0, ty1;
+  sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
+  for (int ty = ty0; ty < ty1; ++ty)
+    for (int tx = tx0; tx < tx1; ++tx) {
+      keys[pos] = (KeyT)(ty * cam.tiles_x + tx);
+      vals[pos] = i;
+      ++pos;
+    }
+}
+
+template <typename KeyT>
+__global__ void ranges_kernel(int m, const KeyT* __restrict__ keys, int2* __restrict__ ranges) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= m) return;
+  const int t = keys[k];
+  if (k == 0 || keys[k - 1] != t) ranges[t].x = k;
+  if (k == m - 1 || keys[k + 1] != t) ranges[t].y = k + 1;
+}
+
+__global__ void __launch_bounds__(kBlock)
+    raster_fwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
+                      const int32_t* __restrict__ ids, const float4* __restrict__ splats,
+                      const float* __restrict__ means, const float* __restrict__ colors,
+                      const float* __restrict__ opac, const float* __restrict__ background,
+                      float* __restrict__ out_color, float* __restrict__ out_dacc,
+                      float* __restrict__ out_alpha, float* __restrict__ out_T,
+                      int32_t* __restrict__ out_last) {
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
+  __shared__ float s_z[kBlock];
+  const int tile = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
+  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
+  const bool inside = px < cam.width && py < cam.height;
+  const int2 range = ranges[tile];
+  const float fpx = (float)px, fpy = (float)py;
+  float T = 1.f, c0 = 0.f, c1 = 0.f, c2 = 0.f, d = 0.f;
+  int32_t last = range.x;
+  bool done = !inside;
+  for (int b0 = range.x; b0 < range.y; b0 += kBlock) {
+    if (__syncthreads_count(done) == kBlock) break;
+    const int k = b0 + tid;
+    if (k < range.y) {
+      const int32_t i = ids[k];
+      s_geo[tid] = splats[i];
+      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
+      s_z[tid] = means[3 * i + 2];
+    }
+    __syncthreads();
+    const int cnt = min(kBlock, range.y - b0);
+    for (int j = 0; !done && j < cnt; ++j) {
+      const float4 g = s_geo[j];
+      const float4 c = s_col[j];
+      float a, G, du, dv, w;
+      if (!sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv)) continue;
+      if (!sr::blend_step(a, T, w)) {
+        done = true;
+        break;
+      }
+      c0 += w * c.x;
+      c1 += w * c.y;
+      c2 += w * c.z;
+      d += w * s_z[j];
+      last = b0 + j + 1;
+    }
+  }
+  if (!inside) return;
+  const int p = py * cam.width + px;
+  out_color[3 * p] = c0 + T * background[0];
+  out_color[3 * p + 1] = c1 + T * background[1];
+  out_color[3 * p + 2] = c2 + T * background[2];
+  out_dacc[p] = d;
+  out_alpha[p] = 1.f - T;
+  out_T[p] = T;
+  out_last[p] = last;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+__device__ __forceinline__ int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+template <bool STATS>
+__global__ void __launch_bounds__(kBlock)
+    raster_bwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
+                      const int32_t* __restrict__ ids, const float4* __restrict__ splats,
+                      const float* __restrict__ means, const float* __restrict__ colors,
+                      const float* __restrict__ opac, const float* __restrict__ background,
+                      const float* __restrict__ T_final, const int32_t* __restrict__ last,
+                      const float* __restrict__ g_color, const float* __restrict__ g_dacc,
+                      const float* __restrict__ g_alpha, const float* __restrict__ pixel_err,
+                      float* __restrict__ g_geo, float* __restrict__ g_colors,
+                      float* __restrict__ g_opac, float* __restrict__ st_w,
+                      float* __restrict__ st_e, float* __restrict__ st_n) {
+  __shared__ float4 s_geo[kBlock];
+  __shared__ float4 s_col[kBlock];
+  __shared__ float s_z[kBlock];
+  __shared__ int32_t s_id[kBlock];
+  __shared__ int s_warp_last[kBlock / 32];
+  const int tile = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
+  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
+  const bool inside = px < cam.width && py < cam.height;
+  const int2 range = ranges[tile];
+  if (range.x == range.y) return;  // uniform per block
+  const int p = py * cam.width + px;
+  const float fpx = (float)px, fpy = (float)py;
+
+  int32_t my_last = range.x;
+  float T = 1.f, R = 0.f, gc0 = 0.f, gc1 = 0.f, gc2 = 0.f, gd = 0.f, e = 0.f;
+  if (inside) {
+    my_last = last[p];
+    T = T_final[p];
+    gc0 = g_color[3 * p];
+    gc1 = g_color[3 * p + 1];
+    gc2 = g_color[3 * p + 2];
+    gd = g_dacc[p];
+    R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - g_alpha[p]);
+    if (STATS && pixel_err != nullptr) e = pixel_err[p];
+  }
+  // Nothing past the block's furthest last contributor needs replaying.
+  const int wl = warp_max(my_last);
+  if (lane == 0) s_warp_last[tid >> 5] = wl;
+  __syncthreads();
+  int block_last = s_warp_last[0];
+#pragma unroll
+  for (int w = 1; w < kBlock / 32; ++w) block_last = max(block_last, s_warp_last[w]);
+
+  for (int b_end = block_last; b_end > range.x; b_end -= kBlock) {
+    const int cnt = min(kBlock, b_end - range.x);
+    __syncthreads();  // the previous batch is no longer read
+    if (tid < cnt) {
+      const int k = b_end - 1 - tid;
+      const int32_t i = ids[k];
+      s_id[tid] = i;
+      s_geo[tid] = splats[i];
+      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
+      s_z[tid] = means[3 * i + 2];
+    }
+    __syncthreads();
+    for (int j = 0; j < cnt; ++j) {
+      const int k = b_end - 1 - j;
+      const float4 g = s_geo[j];
+      const float4 c = s_col[j];
+      const sr::Splat s{g.x, g.y, g.z, g.w};
+      float a = 0.f, G = 0.f, du = 0.f, dv = 0.f;
+      const bool valid = k < my_last && sr::eval_alpha(fpx, fpy, s, c.w, a, G, du, dv);
+      if (!__any_sync(kFull, valid)) continue;
+      constexpr int NV = STATS ? 11 : 8;
+      float v[NV];
+#pragma unroll
+      for (int q = 0; q < NV; ++q) v[q] = 0.f;
+      if (valid) {
+        const float z = s_z[j];
+        const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * z;
+        float w;
+        const float dLda = sr::unblend_step(a, gf, T, R, w);
+        const sr::SplatGrad sg = sr::alpha_backward(dLda, c.w, G, du, dv, s, cam);
+        v[0] = sg.gu;
+        v[1] = sg.gv;
+        v[2] = sg.gs2;
+        v[3] = w * gd;
+        v[4] = w * gc0;
+        v[5] = w * gc1;
+        v[6] = w * gc2;
+        v[7] = sg.go;
+        if (STATS) {
+          v[8 % NV] = w;
+          v[9 % NV] = w * e;
+          v[10 % NV] = 1.f;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < NV; ++q) v[q] = warp_sum(v[q]);
+      if (lane == 0) {
+        const int32_t i = s_id[j];
+        atomicAdd(&g_geo[4 * i], v[0]);
+        atomicAdd(&g_geo[4 * i + 1], v[1]);
+        atomicAdd(&g_geo[4 * i + 2], v[2]);
+        atomicAdd(&g_geo[4 * i + 3], v[3]);
+        atomicAdd(&g_colors[3 * i], v[4]);
+        atomicAdd(&g_colors[3 * i + 1], v[5]);
+        atomicAdd(&g_colors[3 * i + 2], v[6]);
+        atomicAdd(&g_opac[i], v[7]);
+        if (STATS) {
+          atomicAdd(&st_w[i], v[8 % NV]);
+          atomicAdd(&st_e[i], v[9 % NV]);
+          atomicAdd(&st_n[i], v[10 % NV]);
+        }
+      }
+    }
+  }
+}
+
+__global__ void project_bwd_kernel(int n, sr::Camera cam, const float* __restrict__ means,
+                                   const float* __restrict__ radii,
+                                   const float4* __restrict__ g_geo, float* __restrict__ g_means,
+                                   float* __restrict__ g_radii) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
+  float gx = 0.f, gy = 0.f, gz = 0.f, gr = 0.f;
+  if (z > sr::kNear && z <= sr::kFar) {
+    const float4 g = g_geo[i];
+    sr::project_backward(x, y, z, radii[i], cam, g.x, g.y, g.z, g.w, gx, gy, gz, gr);
+  }
+  g_means[3 * i] = gx;
+  g_means[3 * i + 1] = gy;
+  g_means[3 * i + 2] = gz;
+  g_radii[i] = gr;
+}
+
+sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
+  sr::Camera cam;
+  cam.fx = (float)fx;
+  cam.fy = (float)fy;
+  cam.cx = (float)cx;
+  cam.cy = (float)cy;
+  cam.width = (int)width;
+  cam.height = (int)height;
+  cam.tiles_x = (int)((width + sr::kTile - 1) / sr::kTile);
+  cam.tiles_y = (int)((height + sr::kTile - 1) / sr::kTile);
+  return cam;
+}
+
+void check_input(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
+
+at::Tensor byte_buffer(size_t bytes, const at::TensorOptions& opt) {
+  return at::empty({(int64_t)std::max<size_t>(bytes, 1)}, opt.dtype(at::kByte));
+}
+
+// Sorts the (tile, sphere) pairs by tile (stable) and fills the tile ranges. Returns sorted ids.
+template <typename KeyT>
+at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, const at::Tensor& order,
+                     const at::Tensor& offsets, const at::Tensor& splats, at::Tensor& ranges,
+                     cudaStream_t stream) {
+  auto opt = splats.options();
+  const auto key_dtype = sizeof(KeyT) == 2 ? at::kShort : at::kInt;
+  at::Tensor keys = at::empty({m}, opt.dtype(key_dtype));
+  at::Tensor keys_alt = at::empty({m}, opt.dtype(key_dtype));
+  at::Tensor vals = at::empty({m}, opt.dtype(at::kInt));
+  at::Tensor vals_alt = at::empty({m}, opt.dtype(at::kInt));
+  KeyT* kp = reinterpret_cast<KeyT*>(keys.data_ptr());
+  KeyT* kap = reinterpret_cast<KeyT*>(keys_alt.data_ptr());
+  emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, cam, order.data_ptr<int32_t>(), offsets.data_ptr<int32_t>(),
+      reinterpret_cast<const float4*>(splats.data_ptr<float>()), kp, vals.data_ptr<int32_t>());
+  SR_CHECK_CUDA();
+  int bits = 1;
+  while ((1 << bits) < n_tiles) ++bits;
+  cub::DoubleBuffer<KeyT> dk(kp, kap);
+  cub::DoubleBuffer<int32_t> dv(vals.data_ptr<int32_t>(), vals_alt.data_ptr<int32_t>());
+  size_t temp_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, (int)m, 0, bits, stream);
+  at::Tensor temp = byte_buffer(temp_bytes, opt);
+  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, dk, dv, (int)m, 0, bits, stream);
+  SR_CHECK_CUDA();
+  ranges_kernel<KeyT><<<blocks_for(m, 256), 256, 0, stream>>>(
+      (int)m, dk.Current(), reinterpret_cast<int2*>(ranges.data_ptr<int32_t>()));
+  SR_CHECK_CUDA();
+  return dv.Current() == vals.data_ptr<int32_t>() ? vals : vals_alt;
+}
+
+}  // namespace
+
+// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), T_final (H,W), last (H,W) int32,
+//          splats (N,4), ids (M,) int32, ranges (tiles,2) int32]. One host sync (the pair count).
+std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
+                                     const at::Tensor& colors, const at::Tensor& opacities,
+                                     const at::Tensor& background, double fx, double fy, double cx,
+                                     double cy, int64_t width, int64_t height) {
+  for (auto& pr : {std::make_pair(&means, "means"), std::make_pair(&radii, "radii"),
+                   std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
+                   std::make_pair(&background, "background")})
+    check_input(*pr.first, pr.second);
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const int n = (int)means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  auto opt = means.options();
+  auto iopt = opt.dtype(at::kInt);
+
+  at::Tensor splats = at::empty({n, 4}, opt);
+  at::Tensor ranges = at::zeros({n_tiles, 2}, iopt);
+  at::Tensor ids = at::empty({0}, iopt);
+  if (n > 0) {
+    at::Tensor depth_keys = at::empty({n}, iopt);
+    at::Tensor iota = at::empty({n}, iopt);
+    at::Tensor counts = at::empty({n}, iopt);
+    project_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
+        reinterpret_cast<float4*>(splats.data_ptr<float>()),
+        reinterpret_cast<uint32_t*>(depth_keys.data_ptr<int32_t>()), iota.data_ptr<int32_t>(),
+        counts.data_ptr<int32_t>());
+    SR_CHECK_CUDA();
+    // depth order (stable: ties keep index order)
+    at::Tensor keys_sorted = at::empty({n}, iopt);
+    at::Tensor order = at::empty({n}, iopt);
+    size_t temp_bytes = 0;
+    auto* kin = reinterpret_cast<uint32_t*>(depth_keys.data_ptr<int32_t>());
+    auto* kout = reinterpret_cast<uint32_t*>(keys_sorted.data_ptr<int32_t>());
+    cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, iota.data_ptr<int32_t>(),
+                                    order.data_ptr<int32_t>(), n, 0, 31, stream);
+    at::Tensor temp = byte_buffer(temp_bytes, opt);
+    cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, kin, kout,
+                                    iota.data_ptr<int32_t>(), order.data_ptr<int32_t>(), n, 0, 31,
+                                    stream);
+    SR_CHECK_CUDA();
+    // tile counts in depth order -> inclusive offsets
+    at::Tensor sorted_counts = keys_sorted;  // reuse: the sorted depth keys are not needed
+    gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+        n, order.data_ptr<int32_t>(), counts.data_ptr<int32_t>(),
+        sorted_counts.data_ptr<int32_t>());
+    SR_CHECK_CUDA();
+    at::Tensor offsets = at::empty({n}, iopt);
+    size_t scan_bytes = 0;
+    cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, sorted_counts.data_ptr<int32_t>(),
+                                  offsets.data_ptr<int32_t>(), n, stream);
+    if (scan_bytes > temp_bytes) temp = byte_buffer(scan_bytes, opt);
+    cub::DeviceScan::InclusiveSum(temp.data_ptr(), scan_bytes, sorted_counts.data_ptr<int32_t>(),
+                                  offsets.data_ptr<int32_t>(), n, stream);
+    SR_CHECK_CUDA();
+    const int64_t m = offsets[n - 1].item<int32_t>();  // the one host sync
+    if (m > 0) {
+      ids = n_tiles <= 65536
+                ? bin_tiles<uint16_t>(n, m, n_tiles, cam, order, offsets, splats, ranges, stream)
+                : bin_tiles<uint32_t>(n, m, n_tiles, cam, order, offsets, splats, ranges, stream);
+    }
+  }
+
+  at::Tensor color = at::empty({height, width, 3}, opt);
+  at::Tensor dacc = at::empty({height, width}, opt);
+  at::Tensor alpha = at::empty({height, width}, opt);
+  at::Tensor tfinal = at::empty({height, width}, opt);
+  at::Tensor last = at::empty({height, width}, iopt);
+  raster_fwd_kernel<<<n_tiles, kBlock, 0, stream>>>(
+      cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
+      reinterpret_cast<const float4*>(splats.data_ptr<float>()), means.data_ptr<float>(),
+      colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
+      color.data_ptr<float>(), dacc.data_ptr<float>(), alpha.data_ptr<float>(),
+      tfinal.data_ptr<float>(), last.data_ptr<int32_t>());
+  SR_CHECK_CUDA();
+  return {color, dacc, alpha, tfinal, last, splats, ids, ranges};
+}
+
+// Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] and adds
+// the statistics into stat_w / stat_e / stat_n when they are non-empty.
+std::vector<at::Tensor> backward_cuda(
+    const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
+    const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
+    double cy, int64_t width, int64_t height, const at::Tensor& splats, const at::Tensor& ids,
+    const at::Tensor& ranges, const at::Tensor& tfinal, const at::Tensor& last,
+    const at::Tensor& g_color, const at::Tensor& g_dacc, const at::Tensor& g_alpha,
+    const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
+  for (auto* t : {&g_color, &g_dacc, &g_alpha}) check_input(*t, "output gradient");
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const int n = (int)means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  auto opt = means.options();
+  at::Tensor g_means = at::empty({n, 3}, opt), g_radii = at::empty({n}, opt);
+  at::Tensor g_colors = at::zeros({n, 3}, opt), g_opac = at::zeros({n}, opt);
+  if (n == 0) return {g_means, g_radii, g_colors, g_opac};
+  at::Tensor g_geo = at::zeros({n, 4}, opt);
+  const bool stats = stat_w.numel() == n;
+  if (stats) {
+    check_input(stat_w, "stats.weight_sum");
+    check_input(stat_e, "stats.error_sum");
+    check_input(stat_n, "stats.count");
+  }
+  const bool with_err = stats && pixel_err.numel() == width * height;
+  if (with_err) check_input(pixel_err, "stats.pixel_error");
+  if (ids.numel() > 0) {
+    auto launch = [&](auto kernel) {
+      kernel<<<n_tiles, kBlock, 0, stream>>>(
+          cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
+          reinterpret_cast<const float4*>(splats.data_ptr<float>()), means.data_ptr<float>(),
+          colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
+          tfinal.data_ptr<float>(), last.data_ptr<int32_t>(), g_color.data_ptr<float>(),
+          g_dacc.data_ptr<float>(), g_alpha.data_ptr<float>(),
+          with_err ? pixel_err.data_ptr<float>() : nullptr, g_geo.data_ptr<float>(),
+          g_colors.data_ptr<float>(), g_opac.data_ptr<float>(),
+          stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
+          stats ? stat_n.data_ptr<float>() : nullptr);
+    };
+    if (stats)
+      launch(raster_bwd_kernel<true>);
+    else
+      launch(raster_bwd_kernel<false>);
+    SR_CHECK_CUDA();
+  }
+  project_bwd_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, cam, means.data_ptr<float>(), radii.data_ptr<float>(),
+      reinterpret_cast<const float4*>(g_geo.data_ptr<float>()), g_means.data_ptr<float>(),
+      g_radii.data_ptr<float>());
+  SR_CHECK_CUDA();
+  return {g_means, g_radii, g_colors, g_opac};
+}

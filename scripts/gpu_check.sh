@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the sphere rasterizer's CUDA extension (for this GPU, and once more for sm_87 / Jetson
+# Orin to show it compiles there), runs the CUDA tests and the benchmark. Any CUDA machine:
+#   scripts/gpu_check.sh [LOG_DIR]        (default: gpu_check_logs/; $OUT when set)
+# Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${1:-${OUT:-gpu_check_logs}}
+mkdir -p "$LOG"
+PY=${PYTHON:-python3}
+export MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
+export SPHERE_RASTER_CACHE=${SPHERE_RASTER_CACHE:-/tmp/sphere_raster_cache}
+status=0
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -2
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+} 2>&1 | tee "$LOG/env.txt"
+
+# Orin (sm_87) build in the background, into its own cache, while the native build runs.
+( export TORCH_CUDA_ARCH_LIST="8.7" SPHERE_RASTER_CACHE=/tmp/sphere_raster_cache_sm87
+  start=$(date +%s)
+  $PY -c "from rasterizer import _build; _build.load_jit('cuda')" \
+    && echo "sm_87 build OK in $(( $(date +%s) - start )) s" \
+    && cuobjdump --list-elf /tmp/sphere_raster_cache_sm87/*/_sphere_raster_cuda/*.so | grep -c sm_87 \
+       | sed 's/^/sm_87 ELF images: /'
+) > "$LOG/build_sm87.txt" 2>&1 &
+sm87_pid=$!
+
+start=$(date +%s)
+$PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.get('cuda'); print('native build OK')" \
+  2>&1 | tee "$LOG/build.txt" || status=1
+echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
+
+$PY -m pytest -q -rs tests/test_rasterizer_cuda.py 2>&1 | tee "$LOG/pytest_cuda.txt" || status=1
+$PY scripts/bench_rasterizer.py ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.txt" || status=1
+
+wait $sm87_pid || status=1
+cat "$LOG/build_sm87.txt"
+exit $status
