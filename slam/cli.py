@@ -58,6 +58,8 @@ def _sigterm_as_interrupt(signum, frame):  # pragma: no cover - exercised by the
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:  # the terminal shows warnings; log.txt gets everything
+        h.setLevel(logging.WARNING)
     try:
         cfg = load_config(args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as exc:

@@ -51,17 +51,17 @@ class RasterConfig:
 
 @dataclass
 class TrackingConfig:
-    iters: int = 40                 # max optimisation iterations per frame (all levels)
-    lr_rot: float = 0.002           # Adam step for the rotation increment (rad)
-    lr_trans: float = 0.002         # Adam step for the translation increment (m)
+    iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
+    fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
+    fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
+    damping: float = 1e-3           # initial Levenberg-Marquardt damping (relative to diag(H))
     depth_weight: float = 1.0       # lambda in L1 colour + lambda * L1 depth
     alpha_threshold: float = 0.95   # pixels with rendered alpha above this count as known
     pyramid_levels: int = 2         # coarse-to-fine levels (1 = full resolution only)
-    early_stop_rel: float = 1e-4    # stop when the loss improves by less than this (relative)
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
     residual_spike: float = 3.0     # final loss above spike * running median = failure
-    recovery_iters: int = 100       # iterations for a recovery attempt
+    recovery_iters: int = 20        # iterations for a recovery attempt
 
 
 @dataclass

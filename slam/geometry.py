@@ -77,11 +77,28 @@ def relative_motion(T_a: np.ndarray, T_b: np.ndarray) -> tuple[float, float]:
     return float(np.linalg.norm(rel[:3, 3])), rotation_angle(rel[:3, :3])
 
 
+def orthonormalize(T: np.ndarray) -> np.ndarray:
+    """Project the rotation block of a 4x4 pose onto SO(3) (nearest rotation, via SVD).
+
+    Poses pass through float32 on the device; without this, composing them (the motion model
+    uses R^T as the inverse) lets the rotation's scale error grow geometrically frame to frame.
+    """
+    out = np.array(T, dtype=np.float64, copy=True)
+    U, _, Vt = np.linalg.svd(out[:3, :3])
+    R = U @ Vt
+    if np.linalg.det(R) < 0:
+        U[:, -1] *= -1
+        R = U @ Vt
+    out[:3, :3] = R
+    out[3] = (0.0, 0.0, 0.0, 1.0)
+    return out
+
+
 def constant_velocity_guess(T_prev2: np.ndarray | None, T_prev: np.ndarray) -> np.ndarray:
     """Predict the next T_wc assuming the last inter-frame motion repeats."""
     if T_prev2 is None:
         return T_prev.copy()
-    return T_prev @ (invert(T_prev2) @ T_prev)
+    return orthonormalize(T_prev @ (invert(T_prev2) @ T_prev))
 
 
 def backproject(depth: torch.Tensor, K: torch.Tensor, us: torch.Tensor, vs: torch.Tensor) -> torch.Tensor:

@@ -72,14 +72,14 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
     """A one-screen summary of a run."""
     def f(v, fmt="{:.3f}"):
         return "n/a" if v is None else fmt.format(v)
-    ate = metrics.get("ate", {}) or {}
+    ate = metrics.get("trajectory", {}) or {}
     img = metrics.get("images", {}) or {}
     lines = [
         f"run folder        {run_dir}",
         f"stopped           {metrics.get('stop_reason')}",
         f"frames            {metrics.get('frames')} tracked, {metrics.get('keyframes')} keyframes, "
         f"{metrics.get('skipped_frames')} skipped",
-        f"ATE RMSE          {f(ate.get('rmse_m') and ate['rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned)",
+        f"ATE RMSE          {f(ate.get('ate_rmse_m') and ate['ate_rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned)",
         f"PSNR / SSIM       {f(img.get('psnr'), '{:.2f}')} dB / {f(img.get('ssim'))} "
         f"(depth L1 {f(img.get('depth_l1_m') and img['depth_l1_m'] * 100, '{:.2f}')} cm) on keyframes",
         f"speed             {f(metrics.get('fps_system'), '{:.1f}')} FPS system, "

@@ -14,23 +14,19 @@ from slam.sphere_map import bytes_per_sphere
 
 
 def trajectory_metrics(frames: list) -> dict:
-    """ATE / RPE of the estimated poses against ground truth, all frames and keyframes."""
+    """ATE / RPE (through evo, SE(3) Umeyama alignment, no scale) of the estimated poses against
+    the ground truth carried by the frames, over all frames and over keyframes."""
     from slam.eval.trajectory import evaluate_trajectory
 
-    with_gt = [f for f in frames if f.gt_pose is not None]
-    out: dict = {"ate": None, "ate_keyframes": None, "rpe": None}
-    if len(with_gt) < 3:
-        return out
-    stamps = np.array([f.timestamp for f in with_gt])
-    est = np.stack([f.T_wc for f in with_gt])
-    gt = np.stack([f.gt_pose for f in with_gt])
-    res = evaluate_trajectory(stamps, est, gt)
-    out["ate"], out["rpe"] = res["ate"], res["rpe"]
-    kfs = [f for f in with_gt if f.keyframe]
-    if len(kfs) >= 3:
-        res_kf = evaluate_trajectory(np.array([f.timestamp for f in kfs]), np.stack([f.T_wc for f in kfs]),
-                                     np.stack([f.gt_pose for f in kfs]))
-        out["ate_keyframes"] = res_kf["ate"]
+    out: dict = {"trajectory": None, "trajectory_keyframes": None}
+    for key, subset in (("trajectory", frames), ("trajectory_keyframes", [f for f in frames if f.keyframe])):
+        with_gt = [f for f in subset if f.gt_pose is not None]
+        if len(with_gt) < 3:
+            continue
+        stamps = np.array([f.timestamp for f in with_gt])
+        out[key] = evaluate_trajectory(np.stack([f.T_wc for f in with_gt]), stamps,
+                                       np.stack([f.gt_pose for f in with_gt]), stamps,
+                                       scope="keyframes" if key.endswith("keyframes") else "all frames")
     return out
 
 

@@ -51,3 +51,24 @@ def test_backproject_inverts_projection():
     u = K[0, 0] * pts[:, 0] / pts[:, 2] + K[0, 2]
     v = K[1, 1] * pts[:, 1] / pts[:, 2] + K[1, 2]
     assert torch.allclose(backproject(pts[:, 2], K, u, v), pts, atol=1e-6)
+
+
+def test_orthonormalize_projects_to_rotation_and_keeps_translation():
+    from slam.geometry import orthonormalize
+    T = pose_from_increment(torch.tensor([0.2, -0.1, 0.3, 1.0, 2.0, 3.0], dtype=torch.float64)).numpy()
+    noisy = T.copy()
+    noisy[:3, :3] *= 1.001
+    fixed = orthonormalize(noisy)
+    assert np.allclose(fixed[:3, :3] @ fixed[:3, :3].T, np.eye(3), atol=1e-12)
+    assert np.allclose(fixed[:3, :3], T[:3, :3], atol=1e-9)
+    assert np.allclose(fixed[:3, 3], T[:3, 3])
+
+
+def test_motion_model_stays_a_rigid_transform_over_many_frames():
+    step = pose_from_increment(torch.tensor([0.01, 0.02, -0.01, 0.01, 0.0, 0.02])).double().numpy()
+    prev2, prev = np.eye(4), step.astype(np.float32).astype(np.float64)   # float32 round trip
+    for _ in range(200):
+        nxt = constant_velocity_guess(prev2, prev).astype(np.float32).astype(np.float64)
+        prev2, prev = prev, nxt
+    R = constant_velocity_guess(prev2, prev)[:3, :3]
+    assert abs(np.linalg.det(R) - 1) < 1e-9
