@@ -8,6 +8,7 @@ restores the parameter rows (means, log radius, opacity logit exact; colour with
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -92,3 +93,120 @@ def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
     if not np.all(np.isfinite(rows)):
         raise MapFormatError(f"{path}: non-finite values in the map")
     return torch.from_numpy(rows)
+
+
+# --------------------------------------------------------------------------- keyframe side file
+# ``<map>.keyframes.npz`` next to ``<map>.ply`` (numpy .npz, zip, compressed) holds what relocalising
+# against and continuing a saved map need beyond the spheres:
+#   format        str   "sphere-slam-keyframes"         version     int   SIDE_FILE_VERSION
+#   map_spheres   int   sphere count of the map it was saved with (consistency check)
+#   frame_index   (K,)  int64   source frame index      timestamp   (K,)  float64 seconds
+#   T_wc          (K, 4, 4) float64 camera-to-world pose, the map's world frame
+#   K             (K, 3, 3) float64 intrinsics of the stored images (OpenCV pixel centres)
+#   color         (K, h, w, 3) uint8 RGB                depth       (K, h, w) float16 metres, 0 = invalid
+# Images are the keyframe store's, downscaled by an integer factor so that w <= max_width.
+SIDE_FILE_FORMAT = "sphere-slam-keyframes"
+SIDE_FILE_VERSION = 1
+_SIDE_KEYS = ("format", "version", "map_spheres", "frame_index", "timestamp", "T_wc", "K", "color", "depth")
+
+
+class SideFileError(MapFormatError):
+    """The keyframe side file of a saved map is missing, unreadable or inconsistent."""
+
+
+def keyframes_path(map_path: str | Path) -> Path:
+    """``runs/x/map.ply`` -> ``runs/x/map.keyframes.npz``."""
+    p = Path(map_path)
+    return p.with_name(p.stem + ".keyframes.npz")
+
+
+def _shrink(kf, max_width: int):
+    """Keyframe downscaled by the smallest integer factor that makes its width <= max_width."""
+    from slam.keyframes import Keyframe
+
+    w = kf.color.shape[1]
+    factor = -(-w // max_width) if max_width > 0 else 1
+    if factor <= 1:
+        return kf
+    frame = SimpleNamespace(color=kf.color, depth=kf.depth.astype(np.float32), K=kf.K,
+                            index=kf.frame_index, timestamp=kf.timestamp)
+    return Keyframe.from_frame(frame, kf.T_wc, factor)
+
+
+def save_keyframes(path: str | Path, keyframes: list, map_spheres: int, max_width: int = 320) -> None:
+    """Write keyframes (``slam.keyframes.Keyframe``) as the side file (layout above), atomically."""
+    if not keyframes:
+        raise ValueError("no keyframes to save")
+    kfs = [_shrink(k, max_width) for k in keyframes]
+    shapes = {k.color.shape for k in kfs}
+    if len(shapes) != 1:
+        raise ValueError(f"keyframes have different image sizes {sorted(shapes)}; cannot stack")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(
+        tmp, format=np.array(SIDE_FILE_FORMAT), version=np.array(SIDE_FILE_VERSION),
+        map_spheres=np.array(int(map_spheres)),
+        frame_index=np.array([k.frame_index for k in kfs], dtype=np.int64),
+        timestamp=np.array([k.timestamp for k in kfs], dtype=np.float64),
+        T_wc=np.stack([np.asarray(k.T_wc, dtype=np.float64) for k in kfs]),
+        K=np.stack([np.asarray(k.K, dtype=np.float64) for k in kfs]),
+        color=np.stack([k.color for k in kfs]).astype(np.uint8),
+        depth=np.stack([k.depth for k in kfs]).astype(np.float16),
+    )
+    tmp.replace(path)
+
+
+def load_keyframes(path: str | Path, map_spheres: int | None = None) -> list:
+    """Read a side file -> list of ``Keyframe``. Raises ``SideFileError`` naming the file and the
+    problem (missing, not an npz, wrong format/version, missing arrays, inconsistent shapes,
+    non-finite poses, or written for a map with a different sphere count)."""
+    import zipfile
+
+    from slam.keyframes import Keyframe
+
+    path = Path(path)
+    if not path.is_file():
+        raise SideFileError(f"{path}: keyframe side file not found (saved next to the map by run_slam; "
+                            "localize/continue need it)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in _SIDE_KEYS if k not in z.files]
+            if missing:
+                raise SideFileError(f"{path}: not a keyframe side file, missing arrays {missing}")
+            data = {k: z[k] for k in _SIDE_KEYS}
+    except SideFileError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise SideFileError(f"{path}: cannot read keyframe side file ({type(exc).__name__}: {exc})") from None
+    if str(data["format"]) != SIDE_FILE_FORMAT:
+        raise SideFileError(f"{path}: format '{data['format']}', expected '{SIDE_FILE_FORMAT}'")
+    if int(data["version"]) != SIDE_FILE_VERSION:
+        raise SideFileError(f"{path}: version {int(data['version'])}, this package reads {SIDE_FILE_VERSION}")
+    n = len(data["frame_index"])
+    shapes_ok = (
+        n > 0 and data["timestamp"].shape == (n,) and data["T_wc"].shape == (n, 4, 4)
+        and data["K"].shape == (n, 3, 3) and data["color"].ndim == 4 and data["color"].shape[0] == n
+        and data["color"].shape[3] == 3 and data["depth"].shape == data["color"].shape[:3]
+        and data["color"].dtype == np.uint8
+    )
+    if not shapes_ok:
+        raise SideFileError(f"{path}: inconsistent array shapes/dtypes "
+                            f"({ {k: (v.shape, str(v.dtype)) for k, v in data.items()} })")
+    if not (np.all(np.isfinite(data["T_wc"])) and np.all(np.isfinite(data["K"]))):
+        raise SideFileError(f"{path}: non-finite keyframe poses or intrinsics")
+    if map_spheres is not None and int(data["map_spheres"]) != int(map_spheres):
+        raise SideFileError(f"{path}: written for a map of {int(data['map_spheres'])} spheres, but the map "
+                            f"has {int(map_spheres)}: the two files do not belong together")
+    return [Keyframe(int(data["frame_index"][i]), float(data["timestamp"][i]), data["T_wc"][i].copy(),
+                     np.ascontiguousarray(data["color"][i]), np.ascontiguousarray(data["depth"][i]),
+                     data["K"][i].copy()) for i in range(n)]
+
+
+def load_saved_map(map_path: str | Path) -> tuple[torch.Tensor, list]:
+    """A saved map and its keyframes: (rows (N, 8), keyframes). Raises ``FileNotFoundError``,
+    ``MapFormatError`` (bad PLY, empty map) or ``SideFileError`` (bad or missing side file)."""
+    rows = load_map_rows(map_path)
+    if rows.shape[0] == 0:
+        raise MapFormatError(f"{map_path}: the map has no spheres")
+    return rows, load_keyframes(keyframes_path(map_path), map_spheres=int(rows.shape[0]))
