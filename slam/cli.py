@@ -2,6 +2,8 @@
 
     run_slam                                  # the bundled sample (default.yaml)
     run_slam --config 7scenes.yaml --set data.last=100 --set system.device=cpu
+    run_slam --viewer                         # live rerun viewer (--rrd run.rrd: record to a file)
+    run_slam --set data.first=75 --map runs/a/map.ply --mode localize   # track on a frozen saved map
 Exit codes: 0 done, 1 a stage failed, 2 bad config or input, 130 interrupted. Outputs so far
 (trajectory, map, metrics) are written in every case once the system has started.
 """
@@ -28,6 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override any config key, e.g. --set tracking.iters=20 (repeatable)")
     p.add_argument("--out", default=None, help="run folder (default: output.root/<timestamp>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    # --- issue 5: viewer and saved maps ---
+    p.add_argument("--viewer", action="store_true", help="live rerun viewer: spawn one (or --connect)")
+    p.add_argument("--connect", default=None, metavar="URL",
+                   help="with --viewer: connect to a running rerun viewer (e.g. rerun+http://host:9876/proxy)")
+    p.add_argument("--rrd", default=None, metavar="PATH", help="record the viewer stream to this .rrd file (headless)")
+    p.add_argument("--map", default=None, metavar="PLY",
+                   help="start from a saved map (map.ply with its map.keyframes.npz next to it)")
+    p.add_argument("--mode", choices=["slam", "localize", "continue"], default=None,
+                   help="with --map: localize = track on the frozen map (default), continue = keep mapping")
     return p
 
 
@@ -65,6 +76,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
+    # --- issue 5: flags over config ---
+    cfg.viewer.enabled = cfg.viewer.enabled or args.viewer or args.connect is not None
+    cfg.viewer.rrd = args.rrd or cfg.viewer.rrd
+    mode = args.mode or ("localize" if args.map else "slam")
+    if (mode == "slam") != (args.map is None):
+        print("run_slam: --mode localize/continue needs --map PLY, and --map needs one of them", file=sys.stderr)
+        return 2
 
     from slam.data.frame import FrameError
     from slam.data.sources import open_source
@@ -84,6 +102,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     except RuntimeError as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
+    if args.map:  # --- issue 5: saved map ---
+        from slam.map_io import MapFormatError
+        try:
+            system.use_saved_map(args.map, mode)
+        except (FileNotFoundError, MapFormatError, ValueError) as exc:
+            print(f"run_slam: cannot use saved map: {exc}", file=sys.stderr)
+            return 2
     run_dir = make_run_dir(cfg, args.out)
     handler = attach_log(run_dir)
     log.info("run folder %s, device %s, config %s", run_dir, system.device, args.config)
@@ -93,6 +118,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         total = None
     progress = _Progress(total, system, cfg.system.progress and not args.quiet)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    viewer = None
+    if cfg.viewer.enabled or cfg.viewer.rrd:  # --- issue 5: rerun viewer (imports rerun only here) ---
+        from slam.viewer import attach_viewer
+        try:
+            viewer = attach_viewer(system, cfg.viewer, connect=args.connect)
+        except Exception as exc:  # noqa: BLE001 - a viewer problem must not stop the run
+            log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
+            print(f"run_slam: viewer disabled: {exc}", file=sys.stderr)
     rc = 0
     try:
         system.run(source, progress)
@@ -110,7 +143,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         progress.close()
         source.close()
+        if viewer is not None:
+            viewer.close()
     metrics = collect_metrics(system, source.stats)
+    if args.map:  # --- issue 5: how the start pose was found ---
+        from slam.relocalise import summarise
+        metrics["relocalisation"] = summarise(system.reloc_results, mode)
     write_outputs(run_dir, cfg, system, metrics)
     print(summary_text(metrics, run_dir))
     logging.getLogger("slam").removeHandler(handler)

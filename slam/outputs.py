@@ -53,7 +53,36 @@ def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
     if cfg.output.save_map and system.smap.n > 0:
         save_map(run_dir / "map.ply", system.smap.active())
+    # --- issue 5: keyframe side file, plots, mesh (each guarded: never lose the outputs above) ---
+    _write_extras(run_dir, cfg, system, frames)
     (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+
+
+def _write_extras(run_dir: Path, cfg: Config, system, frames: list) -> None:
+    """``map.keyframes.npz`` (slam.map_io), ``trajectory.png``/``translation_error.png``
+    (slam.plots, when ground truth exists), ``mesh.ply`` (slam.mesh, when ``output.mesh``)."""
+    def side_file():
+        from slam.map_io import keyframes_path, save_keyframes
+        save_keyframes(keyframes_path(run_dir / "map.ply"), list(system.store.items), system.smap.n)
+
+    def plots():
+        from slam.plots import write_plots
+        write_plots(run_dir, frames)
+
+    def mesh():
+        from slam.mesh import write_mesh
+        write_mesh(run_dir / "mesh.ply", list(system.store.items))
+
+    steps = [("keyframe side file", side_file, cfg.output.save_map and system.smap.n > 0 and len(system.store) > 0),
+             ("plots", plots, cfg.output.plots and bool(frames)),
+             ("mesh", mesh, cfg.output.mesh and len(system.store) > 0)]
+    for what, step, wanted in steps:
+        if not wanted:
+            continue
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - an optional output must not lose the run
+            log.error("could not write the %s: %s: %s", what, type(exc).__name__, exc)
 
 
 def _jsonable(x):

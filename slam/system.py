@@ -74,6 +74,11 @@ class SlamSystem:
         self._errors: list[BaseException] = []
         self._frames_ch = Channel(cfg.system.queue_size)
         self._kf_ch = Channel(cfg.system.queue_size)
+        # --- saved-map modes (issue 5): set by use_saved_map ---
+        self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
+        self.relocaliser = None             # slam.relocalise.Relocaliser while the start pose is unknown
+        self.relocalised = False
+        self.reloc_results: list = []       # one RelocResult per relocalisation attempt
 
     # ------------------------------------------------------------------ steps shared by both modes
     def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
@@ -84,11 +89,17 @@ class SlamSystem:
             T_wc = frame.gt_pose.copy() if frame.gt_pose is not None else np.eye(4)
             self.tracker.initialise(T_wc)
             ok, recovered, loss = True, False, 0.0
+        elif self.relocaliser is not None and not self.relocalised:  # saved map, start pose unknown
+            _wait_for(snap)
+            T_wc, ok, recovered, loss = self._relocalise(obs, snap)
         else:
             _wait_for(snap)
             res = self.tracker.track(obs, snap)
             T_wc, ok, recovered, loss = res.T_wc, res.ok, res.recovered, res.loss
-        is_kf = self.selector.is_keyframe(T_wc, ok)
+        if self.mode == "slam":
+            is_kf = self.selector.is_keyframe(T_wc, ok)
+        else:  # localize: never map; continue: only verified poses make keyframes
+            is_kf = self.mode == "continue" and ok and self.selector.is_keyframe(T_wc, ok)
         ms = (time.perf_counter() - t0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, T_wc, frame.gt_pose, ok, recovered, loss, ms, is_kf)
         self.recorder.add_frame(rec)
@@ -102,6 +113,38 @@ class SlamSystem:
         self.recorder.add_mapping(report)
         self._map_ready.set()
 
+    # ------------------------------------------------------------------ saved maps (issue 5)
+    def use_saved_map(self, map_path, mode: str) -> None:
+        """Start from a saved map (``slam.map_io.load_saved_map``: the PLY and its keyframe side
+        file; its keyframes join the keyframe store). ``localize`` tracks against the frozen map (no
+        mapping); ``continue`` maps on top of it. The start pose is unknown either way:
+        frames are relocalised (``slam.relocalise``) until one is verified, then tracked. Call
+        before ``run``. Raises ``FileNotFoundError`` / ``slam.map_io.MapFormatError``."""
+        if mode not in ("localize", "continue"):
+            raise ValueError(f"saved-map mode must be 'localize' or 'continue', got '{mode}'")
+        from slam.map_io import load_saved_map
+        from slam.relocalise import Relocaliser
+
+        rows, keyframes = load_saved_map(map_path)
+        self.smap.load_rows(rows)
+        self.smap.publish()
+        for kf in keyframes:  # continue: the mapper's window; both: the run folder stays self-contained
+            self.store.add(kf)
+        self.relocaliser = Relocaliser([kf.T_wc for kf in keyframes], self.cfg.tracking, self.cfg.raster.backend)
+        self.mode = mode
+        log.info("saved map %s: %d spheres, %d keyframes, mode %s", map_path, rows.shape[0], len(keyframes), mode)
+
+    def _relocalise(self, obs: Observation, snap: MapSnapshot) -> tuple[np.ndarray, bool, bool, float]:
+        res = self.relocaliser.relocalise(obs, snap)
+        self.reloc_results.append(res)
+        log.info("relocalisation attempt %d: %s (inliers %.2f, %.0f ms, from saved keyframe %d)",
+                 len(self.reloc_results), "found" if res.ok else "not found", res.inliers, res.ms, res.keyframe)
+        if res.ok:
+            self.tracker.initialise(res.T_wc)
+            self.relocalised = True
+        return res.T_wc, res.ok, False, res.loss
+
+    # --- end of saved-map modes ---
     # ------------------------------------------------------------------ run
     def run(self, frames: Iterable[Frame], progress: Optional[Callable[[FrameRecord], None]] = None) -> RunRecorder:
         """Process every frame; returns the recorder. Re-raises the first stage error (after
