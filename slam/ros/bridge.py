@@ -1,0 +1,300 @@
+"""The node logic both ROS nodes share: message callbacks in, publisher calls out, run folder.
+
+    bridge = SlamBridge(params, cfg, sink)      # sink: the middleware's publishers (see ``Sink``)
+    bridge.start()                              # SLAM runs in a worker thread
+    sub(color)  -> bridge.on_color(msg)         # any thread; rospy / rclpy messages
+    sub(depth)  -> bridge.on_depth(msg)
+    sub(info)   -> bridge.on_camera_info(msg)
+    srv(save)   -> bridge.save_map()            # -> (ok, message)
+    on shutdown -> bridge.shutdown()            # writes the run folder exactly like ``run_slam``
+
+Per tracked frame (tracking thread, cheap): Odometry + TF. A side thread publishes the point
+cloud of sphere centres and the rendered image, each throttled, so tracking never waits for them.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections import OrderedDict, deque
+from pathlib import Path
+from typing import Optional, Protocol
+
+import numpy as np
+import torch
+
+from slam.channel import Closed
+from slam.config import Config
+from slam.data.frame import SourceStats
+from slam.ros import out_data
+from slam.ros.assemble import FrameAssembler, FrameDropped
+from slam.ros.live_source import LiveSource
+from slam.ros.params import RosParams, topics
+from slam.ros.sync import StampMatcher
+
+log = logging.getLogger("slam.ros")
+DEFAULT_CAMERA_FRAME = "camera_color_optical_frame"
+
+
+class Sink(Protocol):
+    """What a middleware layer provides. Every method may be called from any thread."""
+
+    def publish_odometry(self, d: out_data.OdometryData) -> None: ...
+    def publish_transforms(self, items: list) -> None: ...
+    def publish_cloud(self, d: out_data.CloudData) -> None: ...
+    def publish_image(self, d: out_data.ImageData) -> None: ...
+    def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]: ...
+
+
+def stamp_ns(msg) -> int:
+    """``msg.header.stamp`` as integer nanoseconds (ROS 1 secs/nsecs or ROS 2 sec/nanosec)."""
+    s = msg.header.stamp
+    if hasattr(s, "nanosec"):
+        return int(s.sec) * 1_000_000_000 + int(s.nanosec)
+    if hasattr(s, "nsecs"):
+        return int(s.secs) * 1_000_000_000 + int(s.nsecs)
+    return int(round(float(s.to_sec()) * 1e9))
+
+
+def snapshot_rows(snap) -> torch.Tensor:
+    """A published ``MapSnapshot`` -> parameter rows (N, 8) for ``slam.map_io.save_map``."""
+    from slam.sphere_map import logit
+
+    return torch.cat([snap.means, torch.log(snap.radii)[:, None], logit(snap.colors),
+                      logit(snap.opacities)[:, None]], dim=1)
+
+
+class SlamBridge:
+    def __init__(self, params: RosParams, cfg: Config, sink: Sink) -> None:
+        from slam.outputs import attach_log, make_run_dir
+        from slam.system import SlamSystem
+
+        self.params, self.cfg, self.sink = params, cfg, sink
+        self.topics = topics(params, cfg)
+        self.tf_mode = params.resolved_tf_mode()
+        d = cfg.data
+        self.matcher = StampMatcher(int(round(d.max_time_diff * 1e9)), params.max_pending)
+        self.assembler = FrameAssembler(self.topics["info"], 1000.0 if d.depth_scale is None else d.depth_scale,
+                                        d.downscale, d.intrinsics, d.distortion, params.info_warn_period_s)
+        self.source = LiveSource(params.queue_size, params.queue_policy)
+        self.system = SlamSystem(cfg)
+        self.system.frame_hooks.append(self._on_tracked)
+        self.run_dir = make_run_dir(cfg, params.out or None)
+        self._log_handler = attach_log(self.run_dir)
+        self.camera_frame = params.camera_frame or ""
+        self.drops: dict = {}
+        self.published = 0
+        self.error: Optional[BaseException] = None
+        self._stamps: "OrderedDict[float, int]" = OrderedDict()
+        self._stamps_lock = threading.Lock()
+        self._info_lock = threading.Lock()
+        self._waiting: deque = deque()   # pairs waiting for the first CameraInfo
+        self._last = None            # (stamp_ns, T_wc, K, width, height) of the newest tracked frame
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._cloud_throttle = out_data.Throttle(params.cloud_period_s)
+        self._render_throttle = out_data.Throttle(params.render_period_s)
+        self._cloud_version = -1
+        self._worker: Optional[threading.Thread] = None
+        self._extras: Optional[threading.Thread] = None
+        self._shutdown_lock = threading.Lock()
+        self.metrics: Optional[dict] = None
+        log.info("ROS bridge: colour '%s', depth '%s', camera_info '%s', tf mode %s, run folder %s",
+                 self.topics["color"], self.topics["depth"], self.topics["info"], self.tf_mode, self.run_dir)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._worker = threading.Thread(target=self._run, name="slam-run", daemon=True)
+        self._extras = threading.Thread(target=self._extras_loop, name="slam-ros-extras", daemon=True)
+        self._worker.start()
+        self._extras.start()
+
+    def _run(self) -> None:
+        try:
+            self.system.run(self.source)
+        except BaseException as exc:  # noqa: BLE001 - reported; the node keeps serving until shutdown
+            self.error = exc
+            log.error("SLAM stopped with an error; no more frames are tracked:\n%s", traceback.format_exc())
+        finally:
+            self.source.close()
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
+    def shutdown(self, timeout_s: float = 120.0) -> Optional[dict]:
+        """Stop input, finish the frames already queued, write the run folder; returns the metrics.
+        Safe to call twice (the second call returns the same metrics)."""
+        with self._shutdown_lock:
+            if self.metrics is not None:
+                return self.metrics
+            from slam.outputs import summary_text, write_outputs
+            from slam.run_metrics import collect_metrics
+
+            self.source.close()
+            if self._worker is not None:
+                self._worker.join(timeout_s)
+                if self._worker.is_alive():
+                    log.error("SLAM did not finish within %.0f s; writing the outputs so far", timeout_s)
+            self._stopping.set()
+            self._wake.set()
+            if self._extras is not None:
+                self._extras.join(10.0)
+            stats = self.input_stats()
+            metrics = collect_metrics(self.system, stats)
+            metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
+                                    "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
+                                    "published_odometry": self.published}
+            write_outputs(self.run_dir, self.cfg, self.system, metrics)
+            log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
+            print(summary_text(metrics, self.run_dir), flush=True)
+            logging.getLogger("slam").removeHandler(self._log_handler)
+            self._log_handler.close()
+            self.metrics = metrics
+            return metrics
+
+    def input_stats(self) -> SourceStats:
+        """Every frame lost before tracking: unpaired, bad, waiting for CameraInfo, queue full."""
+        s = SourceStats(delivered=self.source.stats.delivered)
+        s.skip_reasons = list(self.source.stats.skip_reasons)
+        s.skipped = self.source.stats.skipped + sum(self.drops.values()) + \
+            sum(v for k, v in self.matcher.counts.items() if k != "pairs")
+        for k, v in self.drops.items():
+            s.skip_reasons.append(f"{v} frame(s) dropped: {k}")
+        for k, v in self.matcher.counts.items():
+            if k != "pairs" and v:
+                s.skip_reasons.append(f"{v} image(s) dropped by stamp matching: {k}")
+        return s
+
+    # ------------------------------------------------------------------ input callbacks
+    def on_camera_info(self, msg) -> None:
+        with self._info_lock:
+            if self.assembler.on_camera_info(msg):
+                waiting, self._waiting = list(self._waiting), deque()
+                for pair in waiting:   # pairs that arrived before the first CameraInfo
+                    self._convert(pair)
+
+    def on_color(self, msg) -> None:
+        if not self.camera_frame:
+            self.camera_frame = str(msg.header.frame_id) or DEFAULT_CAMERA_FRAME
+        self._push("color", msg)
+
+    def on_depth(self, msg) -> None:
+        self._push("depth", msg)
+
+    def _push(self, role: str, msg) -> None:
+        pair = self.matcher.push(role, stamp_ns(msg), msg)
+        if pair is not None:
+            with self._info_lock:
+                self._convert(pair)
+
+    def _convert(self, pair) -> None:
+        """Pair -> frame -> source. Called with ``_info_lock`` held. Pairs that come before the
+        first CameraInfo wait (the newest ``queue_size`` of them) and go on when it arrives."""
+        t_ns, cmsg, dmsg = pair
+        try:
+            frame = self.assembler.make_frame(t_ns, cmsg, dmsg, source_id=f"{self.topics['color']}@{t_ns * 1e-9:.6f}")
+        except FrameDropped as drop:
+            if drop.kind == "no_camera_info":
+                self._waiting.append(pair)
+                if len(self._waiting) <= self.params.queue_size:
+                    return
+                self._waiting.popleft()
+            n = self.drops.get(drop.kind, 0) + 1
+            self.drops[drop.kind] = n
+            if drop.kind != "no_camera_info" and (n <= 5 or n % 100 == 0):
+                log.warning("frame dropped (%s #%d): %s", drop.kind, n, drop.reason)
+            return
+        with self._stamps_lock:
+            self._stamps[frame.timestamp] = t_ns
+            while len(self._stamps) > 4 * (self.params.queue_size + 8):
+                self._stamps.popitem(last=False)
+        try:
+            self.source.put(frame)
+        except Closed:
+            pass  # shutting down, or SLAM stopped with an error (already logged)
+
+    # ------------------------------------------------------------------ outputs
+    def _on_tracked(self, frame, rec, snap) -> None:
+        """Frame hook (tracking thread): Odometry + TF now, cloud/image later in the side thread."""
+        with self._stamps_lock:
+            t_ns = self._stamps.pop(frame.timestamp, None)
+        if t_ns is None:
+            t_ns = int(round(frame.timestamp * 1e9))
+        p = self.params
+        cam = self.camera_frame or DEFAULT_CAMERA_FRAME
+        T_map_cam = out_data.camera_in_map(rec.T_wc, p.rep103_map)
+        if not rec.ok:
+            log.warning("tracking lost at %.6f s; publishing the best pose estimate", frame.timestamp)
+        try:
+            self.sink.publish_odometry(out_data.odometry(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam))
+            self.published += 1
+            if p.publish_tf:
+                T_odom_cam = None
+                if self.tf_mode == "external_odom":
+                    T_odom_cam = self.sink.lookup_odom_camera(t_ns, p.odom_frame, cam)
+                    if T_odom_cam is None:
+                        log.warning("no %s -> %s transform at %.6f s; map -> odom not published",
+                                    p.odom_frame, cam, frame.timestamp)
+                items = out_data.transforms(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam, T_odom_cam)
+                if items:
+                    self.sink.publish_transforms(items)
+        except Exception:  # noqa: BLE001 - a publisher problem must not stop tracking
+            log.error("publishing failed:\n%s", traceback.format_exc())
+        self._last = (t_ns, rec.T_wc.copy(), frame.K.copy(), frame.width, frame.height)
+        self._wake.set()
+
+    def _extras_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            if self._last is None or self._stopping.is_set():
+                continue
+            try:
+                self._publish_extras(time.monotonic())
+            except Exception:  # noqa: BLE001
+                log.error("cloud/image publishing failed:\n%s", traceback.format_exc())
+
+    def _publish_extras(self, now: float) -> None:
+        snap = self.system.smap.latest()
+        if snap is None or snap.size == 0:
+            return
+        t_ns, T_wc, K, w, h = self._last
+        p = self.params
+        if snap.version != self._cloud_version and self._cloud_throttle.ready(now):
+            self._cloud_version = snap.version
+            self.sink.publish_cloud(out_data.cloud(t_ns, p.map_frame, snap.means.detach().cpu().numpy(),
+                                                   snap.colors.detach().cpu().numpy(), p.rep103_map,
+                                                   p.cloud_max_points))
+        if self._render_throttle.ready(now):
+            self.sink.publish_image(self.render(snap, T_wc, K, w, h, t_ns))
+
+    @torch.no_grad()
+    def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:
+        """The map rendered at ``T_wc`` -> rgb8 image data in the camera frame."""
+        from slam.render import render_spheres
+
+        dev = snap.means.device
+        T_cw = torch.as_tensor(np.linalg.inv(T_wc), dtype=torch.float32, device=dev)
+        out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw,
+                             torch.as_tensor(K, dtype=torch.float32, device=dev), w, h,
+                             backend=self.cfg.raster.backend)
+        px = (out.color.clamp(0, 1) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+        return out_data.ImageData(t_ns, self.camera_frame or DEFAULT_CAMERA_FRAME, px)
+
+    # ------------------------------------------------------------------ services
+    def save_map(self, path: Optional[str] = None) -> tuple[bool, str]:
+        """Write the latest published map as a 3DGS PLY (default: <run folder>/map_<n>.ply)."""
+        from slam.map_io import save_map
+
+        snap = self.system.smap.latest()
+        if snap is None or snap.size == 0:
+            return False, "the map is empty (no keyframe mapped yet)"
+        target = Path(path) if path else self.run_dir / f"map_{snap.version:05d}.ply"
+        try:
+            save_map(target, snapshot_rows(snap))
+        except Exception as exc:  # noqa: BLE001 - answered to the caller
+            return False, f"saving {target} failed: {type(exc).__name__}: {exc}"
+        log.info("map saved: %s (%d spheres)", target, snap.size)
+        return True, f"{target} ({snap.size} spheres)"

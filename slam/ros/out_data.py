@@ -1,0 +1,163 @@
+"""SLAM outputs -> plain data for ROS messages (middleware-free, numpy only).
+
+Frames (REP-105): the SLAM world is the first camera's optical frame (x right, y down, z forward).
+With ``rep103_map`` the published ``map`` is that frame rotated to REP-103 body axes (x forward,
+y left, z up), so ``T_map_cam = R_MAP_OPTICAL @ T_wc``. Transforms published per frame:
+
+- ``map_camera``:      map -> camera                      (T_map_cam)
+- ``map_odom_camera``: map -> odom (identity), odom -> camera (T_map_cam); SLAM is the odometry
+- ``external_odom``:   map -> odom = T_map_cam @ inv(T_odom_cam), T_odom_cam from another source
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from slam.trajectory_io import rot_to_quat
+
+# optical (x right, y down, z fwd) -> REP-103 body (x fwd, y left, z up)
+R_MAP_OPTICAL = np.array([[0.0, 0.0, 1.0, 0.0],
+                          [-1.0, 0.0, 0.0, 0.0],
+                          [0.0, -1.0, 0.0, 0.0],
+                          [0.0, 0.0, 0.0, 1.0]])
+
+FLOAT32 = 7   # sensor_msgs/PointField datatype
+
+
+@dataclass(frozen=True)
+class PoseData:
+    """A rigid transform parent <- child: translation (3,) metres, quaternion (x, y, z, w)."""
+
+    translation: np.ndarray
+    quaternion: np.ndarray
+
+    @staticmethod
+    def from_matrix(T: np.ndarray) -> "PoseData":
+        T = np.asarray(T, dtype=np.float64)
+        return PoseData(T[:3, 3].copy(), rot_to_quat(T[:3, :3]))
+
+
+@dataclass(frozen=True)
+class TransformData:
+    stamp_ns: int
+    parent: str
+    child: str
+    pose: PoseData
+
+
+@dataclass(frozen=True)
+class OdometryData:
+    """nav_msgs/Odometry content: pose of ``child`` in ``frame``; twist and covariances zero
+    (all-zero covariance = unknown, by the message's convention)."""
+
+    stamp_ns: int
+    frame: str
+    child: str
+    pose: PoseData
+
+
+@dataclass(frozen=True)
+class CloudData:
+    """sensor_msgs/PointCloud2 content: unorganised (height 1), fields x y z rgb (float32),
+    ``data`` little-endian, point_step 16; rgb is 0x00RRGGBB packed in a float32 (PCL/RViz)."""
+
+    stamp_ns: int
+    frame: str
+    width: int
+    data: bytes
+    fields: tuple = (("x", 0, FLOAT32, 1), ("y", 4, FLOAT32, 1), ("z", 8, FLOAT32, 1), ("rgb", 12, FLOAT32, 1))
+    point_step: int = 16
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """sensor_msgs/Image content: rgb8, (H, W, 3) uint8 in ``pixels``."""
+
+    stamp_ns: int
+    frame: str
+    pixels: np.ndarray
+
+    @property
+    def encoding(self) -> str:
+        return "rgb8"
+
+
+def map_from_world(rep103: bool) -> np.ndarray:
+    """(4, 4) T_map_world."""
+    return R_MAP_OPTICAL.copy() if rep103 else np.eye(4)
+
+
+def camera_in_map(T_wc: np.ndarray, rep103: bool) -> np.ndarray:
+    """(4, 4) T_map_cam from the SLAM's camera-to-world pose."""
+    return map_from_world(rep103) @ np.asarray(T_wc, dtype=np.float64)
+
+
+def odometry(stamp_ns: int, T_map_cam: np.ndarray, mode: str, map_frame: str, odom_frame: str,
+             camera_frame: str) -> OdometryData:
+    """The camera pose as Odometry: in ``odom`` when SLAM is the odometry, else in ``map``."""
+    frame = odom_frame if mode == "map_odom_camera" else map_frame
+    return OdometryData(stamp_ns, frame, camera_frame, PoseData.from_matrix(T_map_cam))
+
+
+def transforms(stamp_ns: int, T_map_cam: np.ndarray, mode: str, map_frame: str, odom_frame: str,
+               camera_frame: str, T_odom_cam: Optional[np.ndarray] = None) -> list[TransformData]:
+    """The TF tree for one frame (see module docstring). ``external_odom`` needs ``T_odom_cam``
+    (the odometry source's camera pose at the same stamp); without it nothing is published."""
+    if mode == "map_camera":
+        return [TransformData(stamp_ns, map_frame, camera_frame, PoseData.from_matrix(T_map_cam))]
+    if mode == "map_odom_camera":
+        return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(np.eye(4))),
+                TransformData(stamp_ns, odom_frame, camera_frame, PoseData.from_matrix(T_map_cam))]
+    if mode == "external_odom":
+        if T_odom_cam is None:
+            return []
+        T_map_odom = T_map_cam @ np.linalg.inv(np.asarray(T_odom_cam, dtype=np.float64))
+        return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(T_map_odom))]
+    raise ValueError(f"unknown tf mode '{mode}'")
+
+
+def pack_rgb(colors01: np.ndarray) -> np.ndarray:
+    """(N, 3) colours in [0, 1] -> (N,) float32 whose bits are 0x00RRGGBB."""
+    c = np.clip(np.rint(np.asarray(colors01, dtype=np.float64) * 255.0), 0, 255).astype(np.uint32)
+    return ((c[:, 0] << 16) | (c[:, 1] << 8) | c[:, 2]).view(np.float32)
+
+
+def cloud(stamp_ns: int, frame: str, means_world: np.ndarray, colors01: np.ndarray, rep103: bool,
+          max_points: int) -> CloudData:
+    """Sphere centres (N, 3) world metres + colours (N, 3) in [0, 1] -> a cloud in the map frame,
+    evenly subsampled to at most ``max_points``."""
+    means = np.asarray(means_world, dtype=np.float64).reshape(-1, 3)
+    cols = np.asarray(colors01).reshape(-1, 3)
+    if means.shape[0] > max_points:
+        keep = np.linspace(0, means.shape[0] - 1, max_points).round().astype(np.int64)
+        means, cols = means[keep], cols[keep]
+    T = map_from_world(rep103)
+    xyz = means @ T[:3, :3].T + T[:3, 3]
+    rec = np.empty(xyz.shape[0], dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<f4")])
+    rec["x"], rec["y"], rec["z"] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    rec["rgb"] = pack_rgb(cols)
+    return CloudData(stamp_ns, frame, int(xyz.shape[0]), rec.tobytes())
+
+
+def decode_cloud(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of ``cloud`` for tests and tools: -> (N, 3) float32 xyz, (N, 3) uint8 RGB."""
+    rec = np.frombuffer(bytes(data), dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<u4")])
+    xyz = np.stack([rec["x"], rec["y"], rec["z"]], axis=1)
+    rgb = np.stack([(rec["rgb"] >> 16) & 255, (rec["rgb"] >> 8) & 255, rec["rgb"] & 255], axis=1).astype(np.uint8)
+    return xyz, rgb
+
+
+class Throttle:
+    """``ready(now_s)`` is True at most once per ``period_s`` (never when period <= 0)."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = float(period_s)
+        self._last = -np.inf
+
+    def ready(self, now_s: float) -> bool:
+        if self.period_s <= 0 or now_s - self._last < self.period_s:
+            return False
+        self._last = now_s
+        return True

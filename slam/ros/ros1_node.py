@@ -1,0 +1,149 @@
+"""ROS 1 (rospy) node: a thin layer over ``slam.ros.bridge.SlamBridge``.
+
+    slam_ros1_node _config:=tum.yaml _overrides:="[system.device=cuda]" _odom_frame:=odom
+    (console entry point ``slam_ros1_node=slam.ros.ros1_node:main``; see docs/ROS.md)
+
+Subscribes (private params override the config's data.* names): colour image, aligned depth
+image, camera_info. Publishes: ``~odom`` (nav_msgs/Odometry), ``/tf`` (REP-105), ``~cloud``
+(sensor_msgs/PointCloud2, latched, throttled), ``~rendered`` (sensor_msgs/Image, throttled, off
+by default). Service ``~save_map`` (std_srvs/Trigger). On shutdown (Ctrl-C, SIGTERM,
+``rosnode kill``) the run folder is written like ``run_slam``'s.
+
+Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when ``rospy`` is not
+importable that path is appended (after the venv's site-packages) and the import retried.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+from slam.ros.params import RosParams, default_values
+
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of latency to images
+
+
+def import_rospy():
+    """Import rospy, appending Debian's dist-packages to the end of sys.path if needed."""
+    try:
+        import rospy
+    except ImportError:
+        if os.path.isdir(DIST_PACKAGES) and DIST_PACKAGES not in sys.path:
+            sys.path.append(DIST_PACKAGES)
+        try:
+            import rospy
+        except ImportError as exc:
+            raise SystemExit(f"slam_ros1_node: rospy is not importable ({exc}); install ROS 1 "
+                             "(scripts/install_ros1.sh on Debian, or source /opt/ros/noetic/setup.bash)") from None
+    return rospy
+
+
+class Ros1Sink:
+    """Publishers, TF broadcaster and TF lookups of the rospy node (``bridge.Sink``)."""
+
+    def __init__(self, rospy, external_odom: bool) -> None:
+        import tf2_ros
+        from nav_msgs.msg import Odometry
+        from sensor_msgs.msg import Image, PointCloud2
+
+        from slam.ros.messages import MessageFactory, rospy_flavour
+
+        self.rospy = rospy
+        self.make = MessageFactory(rospy_flavour())
+        self.odom_pub = rospy.Publisher("~odom", Odometry, queue_size=50)
+        self.cloud_pub = rospy.Publisher("~cloud", PointCloud2, queue_size=1, latch=True)
+        self.image_pub = rospy.Publisher("~rendered", Image, queue_size=1)
+        self.tf = tf2_ros.TransformBroadcaster()
+        self.buffer = None
+        if external_odom:
+            self.buffer = tf2_ros.Buffer(cache_time=rospy.Duration(30.0))
+            self._listener = tf2_ros.TransformListener(self.buffer)
+
+    def publish_odometry(self, d) -> None:
+        self.odom_pub.publish(self.make.odometry(d))
+
+    def publish_transforms(self, items) -> None:
+        self.tf.sendTransform([self.make.transform(d) for d in items])
+
+    def publish_cloud(self, d) -> None:
+        self.cloud_pub.publish(self.make.cloud(d))
+
+    def publish_image(self, d) -> None:
+        self.image_pub.publish(self.make.image(d))
+
+    def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]:
+        from slam.trajectory_io import quat_to_rot
+
+        try:
+            t = self.buffer.lookup_transform(odom_frame, camera_frame, self.make.f.time(stamp_ns),
+                                             self.rospy.Duration(0.05))
+        except Exception:  # noqa: BLE001 - tf2 raises several exception types; caller logs
+            return None
+        tr, q = t.transform.translation, t.transform.rotation
+        T = np.eye(4)
+        T[:3, :3] = quat_to_rot([q.x, q.y, q.z, q.w])
+        T[:3, 3] = [tr.x, tr.y, tr.z]
+        return T
+
+
+def read_params(rospy) -> dict:
+    """Private parameters (``~name``) that are set, as a plain dict."""
+    out = {}
+    for name in default_values():
+        if rospy.has_param("~" + name):
+            out[name] = rospy.get_param("~" + name)
+    return out
+
+
+def _console_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(levelname)s] %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logging.getLogger("slam").addHandler(handler)
+    logging.getLogger("slam").setLevel(logging.INFO)
+
+
+def main(argv: Optional[list] = None) -> int:
+    rospy = import_rospy()
+    from sensor_msgs.msg import CameraInfo, Image
+    from std_srvs.srv import Trigger, TriggerResponse
+
+    from slam.config import ConfigError, load_config
+    from slam.ros.bridge import SlamBridge
+    from slam.ros.params import params_from_mapping
+
+    rospy.init_node("sphere_slam", argv=argv if argv is not None else sys.argv)
+    _console_logging()
+    try:
+        params: RosParams = params_from_mapping(read_params(rospy))
+        cfg = load_config(params.config, params.overrides)
+    except (ConfigError, FileNotFoundError) as exc:
+        rospy.logfatal("slam_ros1_node: %s", exc)
+        return 2
+    ext = params.resolved_tf_mode() == "external_odom"
+    bridge = SlamBridge(params, cfg, Ros1Sink(rospy, ext))
+    bridge.start()
+    t = bridge.topics
+    q = params.sub_queue_size
+    rospy.Subscriber(t["info"], CameraInfo, bridge.on_camera_info, queue_size=q)
+    rospy.Subscriber(t["color"], Image, bridge.on_color, queue_size=q, buff_size=BUFF_SIZE)
+    rospy.Subscriber(t["depth"], Image, bridge.on_depth, queue_size=q, buff_size=BUFF_SIZE)
+
+    def save(_req):
+        ok, message = bridge.save_map()
+        return TriggerResponse(success=ok, message=message)
+
+    rospy.Service("~save_map", Trigger, save)
+    rospy.loginfo("sphere_slam: waiting for '%s' + '%s' (camera_info '%s'); run folder %s",
+                  t["color"], t["depth"], t["info"], bridge.run_dir)
+    rospy.spin()   # returns on Ctrl-C / SIGTERM / rosnode kill
+    metrics = bridge.shutdown()
+    return 1 if bridge.error is not None else (0 if metrics is not None else 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
