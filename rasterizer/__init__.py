@@ -150,8 +150,9 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
     if backend == "cpu" and means.device.type != "cpu":
         raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
     if background is None:
-        background = means.new_zeros(3)
-    background = background.detach().to(means.device, means.dtype)
+        background = _zeros3(means.device, means.dtype)
+    else:
+        background = background.detach().to(means.device, means.dtype)
     K = K.detach()
     if backend == "reference":
         from .reference import render_reference
@@ -167,6 +168,18 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
         from .functions import tiled
         color, dacc, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
                                    background, stats)
-    valid = alpha > DEPTH_EPS
-    depth = torch.where(valid, dacc / alpha.clamp_min(DEPTH_EPS), torch.zeros_like(dacc))
+    from .functions import NormalizeDepth
+    depth = NormalizeDepth.apply(dacc, alpha, DEPTH_EPS)
     return RasterOutput(color, depth, alpha)
+
+
+_ZEROS3: dict = {}
+
+
+def _zeros3(device, dtype):
+    """A cached black background per device and dtype (no allocation per call)."""
+    key = (device, dtype)
+    z = _ZEROS3.get(key)
+    if z is None:
+        z = _ZEROS3[key] = torch.zeros(3, device=device, dtype=dtype)
+    return z

@@ -8,8 +8,12 @@ from . import _ext
 
 
 def _camera(K: torch.Tensor):
-    k = K.detach().to("cpu", torch.float64)
-    return float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
+    """(fx, fy, cx, cy) as Python floats. A CPU K costs no device sync."""
+    k = K.detach()
+    if k.device.type != "cpu":
+        k = k.cpu()
+    (fx, _, cx), (_, fy, cy), _ = k.tolist()
+    return float(fx), float(fy), float(cx), float(cy)
 
 
 class TiledRaster(torch.autograd.Function):
@@ -24,15 +28,15 @@ class TiledRaster(torch.autograd.Function):
         ext = _ext.get(kind)
         fx, fy, cx, cy = cam
         outs = ext.forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height)
-        color, dacc, alpha, tfinal, last, splats, ids, ranges = outs
+        color, dacc, alpha, last, splats, ids, ranges = outs
         ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
-        ctx.save_for_backward(means, radii, colors, opacities, background, tfinal, last, splats,
+        ctx.save_for_backward(means, radii, colors, opacities, background, alpha, last, splats,
                               ids, ranges)
         return color, dacc, alpha
 
     @staticmethod
     def backward(ctx, g_color, g_dacc, g_alpha):
-        (means, radii, colors, opacities, background, tfinal, last, splats, ids,
+        (means, radii, colors, opacities, background, alpha, last, splats, ids,
          ranges) = ctx.saved_tensors
         ext = _ext.get(ctx.kind)
         fx, fy, cx, cy = ctx.cam
@@ -45,11 +49,36 @@ class TiledRaster(torch.autograd.Function):
             err = empty if err is None else err.detach().to(means.device, torch.float32).contiguous()
         else:
             sw = se = sn = err = empty
+        if ctx.kind == "cpu":  # the CUDA kernel reads strided (e.g. expanded) gradients directly
+            g_color, g_dacc, g_alpha = g_color.contiguous(), g_dacc.contiguous(), g_alpha.contiguous()
         g_means, g_radii, g_colors, g_opac = ext.backward(
             means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, splats,
-            ids, ranges, tfinal, last, g_color.contiguous(), g_dacc.contiguous(),
-            g_alpha.contiguous(), err, sw, se, sn)
+            ids, ranges, alpha, last, g_color, g_dacc, g_alpha, err, sw, se, sn)
         return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
+
+
+class NormalizeDepth(torch.autograd.Function):
+    """depth = accumulated depth / alpha where alpha > eps, else 0 (the same for every backend).
+
+    Equivalent to ``where(alpha > eps, dacc / alpha, 0)`` because dacc is exactly 0 wherever no
+    sphere was blended (and alpha >= 1/255 wherever one was); written out to keep the backward to
+    three small kernels and two image-sized temporaries."""
+
+    @staticmethod
+    def forward(ctx, dacc, alpha, eps):
+        depth = dacc / alpha.clamp_min(eps)
+        ctx.eps = eps
+        ctx.save_for_backward(alpha, depth)
+        return depth
+
+    @staticmethod
+    def backward(ctx, g):
+        alpha, depth = ctx.saved_tensors
+        g_dacc = g / alpha.clamp_min(ctx.eps)
+        # d/d alpha = -g * dacc / alpha^2 = -g_dacc * depth where alpha > eps; where alpha <= eps
+        # the clamp makes it 0, and so does depth (= 0 there): no mask needed.
+        g_alpha = torch.mul(g_dacc, depth).neg_()
+        return g_dacc, g_alpha, None
 
 
 def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats):

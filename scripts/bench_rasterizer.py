@@ -114,6 +114,23 @@ def gpu_section(sizes, resolutions, warmup, reps, backends):
                           f"{a[2][0] / b[2][0]:.2f} / {a[2][1] / b[2][1]:.2f} |")
 
 
+def profile_case(n, w, h, backend="cuda"):
+    """torch.profiler table of one forward+backward (kernel and CPU-side cost)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    params, K = make_scene(n, w, h, "cuda")
+    params = [p.requires_grad_() for p in params]
+    for _ in range(3):
+        run_once(params, K, w, h, backend, True)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            run_once(params, K, w, h, backend, True)
+        torch.cuda.synchronize()
+    print(f"\n### Profile: {backend}, N={n}, {w}x{h}, 5 x forward+backward\n")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+
+
 def cpu_section(n, w, h, reps):
     print(f"\n### CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch threads {torch.get_num_threads()}\n")
@@ -150,6 +167,8 @@ def main():
     ap.add_argument("--cpu-n", type=int, default=2000)
     ap.add_argument("--cpu-res", default="160x120")
     ap.add_argument("--cpu-reps", type=int, default=10)
+    ap.add_argument("--profile", action="store_true", help="also profile 200k at 640x480")
+    ap.add_argument("--no-cpu", action="store_true")
     a = ap.parse_args()
     print(f"sphere rasterizer benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{platform.node()}")
@@ -157,8 +176,11 @@ def main():
         backends = ["cuda"] + ([] if a.no_gsplat else ["gsplat"])
         res = [tuple(int(x) for x in r.split("x")) for r in a.res.split(",")]
         gpu_section([int(s) for s in a.sizes.split(",")], res, a.warmup, a.reps, backends)
-    cw, ch = (int(x) for x in a.cpu_res.split("x"))
-    cpu_section(a.cpu_n, cw, ch, a.cpu_reps)
+    if torch.cuda.is_available() and a.profile:
+        profile_case(200000, 640, 480)
+    if not a.no_cpu:
+        cw, ch = (int(x) for x in a.cpu_res.split("x"))
+        cpu_section(a.cpu_n, cw, ch, a.cpu_reps)
 
 
 if __name__ == "__main__":

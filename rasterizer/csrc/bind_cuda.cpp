@@ -12,7 +12,7 @@ std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
     double cy, int64_t width, int64_t height, const at::Tensor& splats, const at::Tensor& ids,
-    const at::Tensor& ranges, const at::Tensor& tfinal, const at::Tensor& last,
+    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& last,
     const at::Tensor& g_color, const at::Tensor& g_dacc, const at::Tensor& g_alpha,
     const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n);
 

@@ -39,6 +39,11 @@ sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width
 
 int num_threads() { return std::max(1, at::get_num_threads()); }
 
+// Below these sizes a parallel region costs more than it saves (and on a busy machine OpenMP's
+// barriers can cost milliseconds), so the loops run serially.
+constexpr int64_t kParallelSpheres = 8192;
+constexpr int64_t kParallelPairs = 256;  // (tile, sphere) pairs
+
 // Per-tile copy of the data of the spheres in the tile's list (cache-friendly, like the CUDA
 // kernel's shared-memory batches).
 struct TileSpheres {
@@ -65,8 +70,8 @@ struct TileSpheres {
 
 }  // namespace
 
-// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), T_final (H,W), last (H,W) int32,
-//          splats (N,4), ids (M,) int32, ranges (tiles,2) int32].
+// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), last (H,W) int32, splats (N,4),
+//          ids (M,) int32, ranges (tiles,2) int32]. The backward recovers T_final = 1 - alpha.
 std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
                                 const at::Tensor& colors, const at::Tensor& opacities,
                                 const at::Tensor& background, double fx, double fy, double cx,
@@ -91,7 +96,7 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
   std::vector<int> rect(4 * n, 0), count(n, 0);
 
   // 1. project
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (n >= kParallelSpheres)
   for (int64_t i = 0; i < n; ++i) {
     sr::Splat s;
     if (!sr::project_sphere(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], cam, s)) continue;
@@ -133,15 +138,13 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
   at::Tensor color_t = at::empty({height, width, 3}, fopt);
   at::Tensor dacc_t = at::empty({height, width}, fopt);
   at::Tensor alpha_t = at::empty({height, width}, fopt);
-  at::Tensor tfinal_t = at::empty({height, width}, fopt);
   at::Tensor last_t = at::empty({height, width}, fopt.dtype(at::kInt));
   float* color = color_t.data_ptr<float>();
   float* dacc = dacc_t.data_ptr<float>();
   float* alpha = alpha_t.data_ptr<float>();
-  float* tfinal = tfinal_t.data_ptr<float>();
   int32_t* last = last_t.data_ptr<int32_t>();
 
-#pragma omp parallel num_threads(num_threads())
+#pragma omp parallel num_threads(num_threads()) if (m >= kParallelPairs)
   {
     TileSpheres ts;
 #pragma omp for schedule(dynamic, 1)
@@ -170,12 +173,11 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
           color[3 * p + 2] = c2 + T * bg[2];
           dacc[p] = d;
           alpha[p] = 1.f - T;
-          tfinal[p] = T;
           last[p] = (int32_t)stop;
         }
     }
   }
-  return {color_t, dacc_t, alpha_t, tfinal_t, last_t, splats_t, ids_t, ranges_t};
+  return {color_t, dacc_t, alpha_t, last_t, splats_t, ids_t, ranges_t};
 }
 
 // Record layout per intersection: gu gv gs2 gz gc0 gc1 gc2 go | w  w*e  count
@@ -188,7 +190,7 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
                                  const at::Tensor& background, double fx, double fy, double cx,
                                  double cy, int64_t width, int64_t height, const at::Tensor& splats_t,
                                  const at::Tensor& ids_t, const at::Tensor& ranges_t,
-                                 const at::Tensor& tfinal_t, const at::Tensor& last_t,
+                                 const at::Tensor& alpha_t, const at::Tensor& last_t,
                                  const at::Tensor& g_color_t, const at::Tensor& g_dacc_t,
                                  const at::Tensor& g_alpha_t, const at::Tensor& pixel_err_t,
                                  at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
@@ -207,7 +209,7 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
   const sr::Splat* splats = reinterpret_cast<const sr::Splat*>(splats_t.data_ptr<float>());
   const int32_t* ids = ids_t.data_ptr<int32_t>();
   const int32_t* ranges = ranges_t.data_ptr<int32_t>();
-  const float* tfinal = tfinal_t.data_ptr<float>();
+  const float* alpha = alpha_t.data_ptr<float>();
   const int32_t* last = last_t.data_ptr<int32_t>();
   const float* gcol = g_color_t.data_ptr<float>();
   const float* gdep = g_dacc_t.data_ptr<float>();
@@ -220,7 +222,7 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
   }
   std::vector<float> rec((size_t)m * kRec, 0.f);
 
-#pragma omp parallel num_threads(num_threads())
+#pragma omp parallel num_threads(num_threads()) if (m >= kParallelPairs)
   {
     TileSpheres ts;
 #pragma omp for schedule(dynamic, 1)
@@ -236,7 +238,7 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
           const float gc0 = gcol[3 * p], gc1 = gcol[3 * p + 1], gc2 = gcol[3 * p + 2];
           const float gd = gdep[p];
           const float e = err ? err[p] : 0.f;
-          float T = tfinal[p];
+          float T = 1.f - alpha[p];
           float R = T * (gc0 * bg[0] + gc1 * bg[1] + gc2 * bg[2] - galp[p]);
           for (int64_t k = (int64_t)last[p] - 1; k >= begin; --k) {
             const int64_t j = k - begin;
@@ -281,7 +283,7 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
   float* sw = with_stats ? stat_w.data_ptr<float>() : nullptr;
   float* se = with_stats ? stat_e.data_ptr<float>() : nullptr;
   float* sn = with_stats ? stat_n.data_ptr<float>() : nullptr;
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (n >= kParallelSpheres)
   for (int64_t i = 0; i < n; ++i) {
     const float* a = &acc[(size_t)i * kRec];
     if (a[10] == 0.f) continue;  // never blended

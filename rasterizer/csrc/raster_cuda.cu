@@ -77,13 +77,18 @@ __global__ void emit_kernel(int n, sr::Camera cam, const int32_t* __restrict__ o
     }
 }
 
+// Tile ranges from the tile-sorted keys: every tile gets [start, end), empty tiles (k, k).
 template <typename KeyT>
-__global__ void ranges_kernel(int m, const KeyT* __restrict__ keys, int2* __restrict__ ranges) {
+__global__ void ranges_kernel(int m, int n_tiles, const KeyT* __restrict__ keys,
+                              int2* __restrict__ ranges) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= m) return;
-  const int t = keys[k];
-  if (k == 0 || keys[k - 1] != t) ranges[t].x = k;
-  if (k == m - 1 || keys[k + 1] != t) ranges[t].y = k + 1;
+  if (k > m) return;
+  const int prev = k == 0 ? -1 : (int)keys[k - 1];
+  const int cur = k == m ? n_tiles : (int)keys[k];
+  for (int t = prev; t < cur; ++t) {
+    if (t >= 0) ranges[t].y = k;
+    if (t + 1 < n_tiles) ranges[t + 1].x = k;
+  }
 }
 
 __global__ void __launch_bounds__(kBlock)
@@ -92,8 +97,7 @@ __global__ void __launch_bounds__(kBlock)
                       const float* __restrict__ means, const float* __restrict__ colors,
                       const float* __restrict__ opac, const float* __restrict__ background,
                       float* __restrict__ out_color, float* __restrict__ out_dacc,
-                      float* __restrict__ out_alpha, float* __restrict__ out_T,
-                      int32_t* __restrict__ out_last) {
+                      float* __restrict__ out_alpha, int32_t* __restrict__ out_last) {
   __shared__ float4 s_geo[kBlock];
   __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
   __shared__ float s_z[kBlock];
@@ -140,16 +144,35 @@ __global__ void __launch_bounds__(kBlock)
   out_color[3 * p + 1] = c1 + T * background[1];
   out_color[3 * p + 2] = c2 + T * background[2];
   out_dacc[p] = d;
-  out_alpha[p] = 1.f - T;
-  out_T[p] = T;
+  out_alpha[p] = 1.f - T;  // the backward recovers T_final = 1 - alpha
   out_last[p] = last;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+// Warp reduce-scatter of L values (L a power of two, <= 32): at each halving step a lane keeps
+// half of its values and receives its partner's copy of that half, so L values cost
+// L/2 + L/4 + ... + 1 + log2(32/L) shuffles instead of 5 * L. On return lane l holds in v[0] the
+// warp total of value index l / (32 / L) (every lane of that group holds it).
+template <int L, int O>
+struct WarpReduceScatter {
+  __device__ __forceinline__ static void run(float* v, int lane) {
+    const bool hi = (lane & O) != 0;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
+    for (int i = 0; i < L / 2; ++i) {
+      const float send = hi ? v[i] : v[i + L / 2];
+      const float keep = hi ? v[i + L / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFull, send, O);
+    }
+    WarpReduceScatter<L / 2, O / 2>::run(v, lane);
+  }
+};
+
+template <int O>
+struct WarpReduceScatter<1, O> {
+  __device__ __forceinline__ static void run(float* v, int) {
+#pragma unroll
+    for (int o = O; o > 0; o >>= 1) v[0] += __shfl_xor_sync(kFull, v[0], o);
+  }
+};
 
 __device__ __forceinline__ int warp_max(int v) {
 #pragma unroll
@@ -157,21 +180,28 @@ __device__ __forceinline__ int warp_max(int v) {
   return v;
 }
 
+// Output gradients may be strided (e.g. expanded from a sum): no contiguous copies needed.
+struct GradImages {
+  const float* color;
+  const float* dacc;
+  const float* alpha;
+  int64_t c_sy, c_sx, c_sc, d_sy, d_sx, a_sy, a_sx;
+};
+
 template <bool STATS>
 __global__ void __launch_bounds__(kBlock)
     raster_bwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
-                      const int32_t* __restrict__ ids, const float4* __restrict__ splats,
-                      const float* __restrict__ means, const float* __restrict__ colors,
-                      const float* __restrict__ opac, const float* __restrict__ background,
-                      const float* __restrict__ T_final, const int32_t* __restrict__ last,
-                      const float* __restrict__ g_color, const float* __restrict__ g_dacc,
-                      const float* __restrict__ g_alpha, const float* __restrict__ pixel_err,
-                      float* __restrict__ g_geo, float* __restrict__ g_colors,
-                      float* __restrict__ g_opac, float* __restrict__ st_w,
-                      float* __restrict__ st_e, float* __restrict__ st_n) {
+                      const int32_t* __restrict__ ids, const float* __restrict__ means, const float* __restrict__ radii,
+                      const float* __restrict__ colors, const float* __restrict__ opac,
+                      const float* __restrict__ background, const float* __restrict__ alpha_img,
+                      const int32_t* __restrict__ last, GradImages gi,
+                      const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
+                      float* __restrict__ st_w, float* __restrict__ st_e,
+                      float* __restrict__ st_n) {
+  // g_buf layout: [grad means 3N | grad radii N | grad colors 3N | grad opacities N]
   __shared__ float4 s_geo[kBlock];
-  __shared__ float4 s_col[kBlock];
-  __shared__ float s_z[kBlock];
+  __shared__ float4 s_col[kBlock];   // c0 c1 c2 opacity
+  __shared__ float4 s_xyzr[kBlock];  // camera-frame centre and radius
   __shared__ int32_t s_id[kBlock];
   __shared__ int s_warp_last[kBlock / 32];
   const int tile = blockIdx.x;
@@ -189,12 +219,14 @@ __global__ void __launch_bounds__(kBlock)
   float T = 1.f, R = 0.f, gc0 = 0.f, gc1 = 0.f, gc2 = 0.f, gd = 0.f, e = 0.f;
   if (inside) {
     my_last = last[p];
-    T = T_final[p];
-    gc0 = g_color[3 * p];
-    gc1 = g_color[3 * p + 1];
-    gc2 = g_color[3 * p + 2];
-    gd = g_dacc[p];
-    R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - g_alpha[p]);
+    T = 1.f - alpha_img[p];
+    const float* gcp = gi.color + py * gi.c_sy + px * gi.c_sx;
+    gc0 = gcp[0];
+    gc1 = gcp[gi.c_sc];
+    gc2 = gcp[2 * gi.c_sc];
+    gd = gi.dacc[py * gi.d_sy + px * gi.d_sx];
+    const float ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
+    R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - ga);
     if (STATS && pixel_err != nullptr) e = pixel_err[p];
   }
   // Nothing past the block's furthest last contributor needs replaying.
@@ -212,9 +244,14 @@ __global__ void __launch_bounds__(kBlock)
       const int k = b_end - 1 - tid;
       const int32_t i = ids[k];
       s_id[tid] = i;
-      s_geo[tid] = splats[i];
+      const float4 m = make_float4(means[3 * i], means[3 * i + 1], means[3 * i + 2], radii[i]);
+      // recompute the splat (same inline function and inputs as the forward: identical bits)
+      // instead of keeping an (N, 4) buffer alive between forward and backward
+      sr::Splat sp;
+      sr::project_sphere(m.x, m.y, m.z, m.w, cam, sp);
+      s_geo[tid] = make_float4(sp.u, sp.v, sp.ia, sp.ic);
       s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
-      s_z[tid] = means[3 * i + 2];
+      s_xyzr[tid] = m;
     }
     __syncthreads();
     for (int j = 0; j < cnt; ++j) {
@@ -225,20 +262,19 @@ __global__ void __launch_bounds__(kBlock)
       float a = 0.f, G = 0.f, du = 0.f, dv = 0.f;
       const bool valid = k < my_last && sr::eval_alpha(fpx, fpy, s, c.w, a, G, du, dv);
       if (!__any_sync(kFull, valid)) continue;
-      constexpr int NV = STATS ? 11 : 8;
+      constexpr int NV = STATS ? 16 : 8;  // 11 values with statistics, padded to 16
       float v[NV];
 #pragma unroll
       for (int q = 0; q < NV; ++q) v[q] = 0.f;
       if (valid) {
-        const float z = s_z[j];
-        const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * z;
+        const float4 m = s_xyzr[j];
+        const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * m.z;
         float w;
         const float dLda = sr::unblend_step(a, gf, T, R, w);
         const sr::SplatGrad sg = sr::alpha_backward(dLda, c.w, G, du, dv, s, cam);
-        v[0] = sg.gu;
-        v[1] = sg.gv;
-        v[2] = sg.gs2;
-        v[3] = w * gd;
+        // the projection's chain rule is linear per sphere: apply it per pixel, sum later
+        sr::project_backward(m.x, m.y, m.z, m.w, cam, sg.gu, sg.gv, sg.gs2, w * gd, v[0], v[1],
+                             v[2], v[3]);
         v[4] = w * gc0;
         v[5] = w * gc1;
         v[6] = w * gc2;
@@ -249,44 +285,32 @@ __global__ void __launch_bounds__(kBlock)
           v[10 % NV] = 1.f;
         }
       }
-#pragma unroll
-      for (int q = 0; q < NV; ++q) v[q] = warp_sum(v[q]);
-      if (lane == 0) {
+      WarpReduceScatter<NV, 16>::run(v, lane);
+      constexpr int kGroup = 32 / NV;
+      const int q = lane / kGroup;  // which value this lane's group holds
+      if (lane % kGroup == 0) {
         const int32_t i = s_id[j];
-        atomicAdd(&g_geo[4 * i], v[0]);
-        atomicAdd(&g_geo[4 * i + 1], v[1]);
-        atomicAdd(&g_geo[4 * i + 2], v[2]);
-        atomicAdd(&g_geo[4 * i + 3], v[3]);
-        atomicAdd(&g_colors[3 * i], v[4]);
-        atomicAdd(&g_colors[3 * i + 1], v[5]);
-        atomicAdd(&g_colors[3 * i + 2], v[6]);
-        atomicAdd(&g_opac[i], v[7]);
-        if (STATS) {
-          atomicAdd(&st_w[i], v[8 % NV]);
-          atomicAdd(&st_e[i], v[9 % NV]);
-          atomicAdd(&st_n[i], v[10 % NV]);
-        }
+        float* dst;
+        if (q < 3)
+          dst = g_buf + 3 * i + q;
+        else if (q == 3)
+          dst = g_buf + 3 * n + i;
+        else if (q < 7)
+          dst = g_buf + 4 * n + 3 * i + (q - 4);
+        else if (q == 7)
+          dst = g_buf + 7 * n + i;
+        else if (q == 8)
+          dst = st_w + i;
+        else if (q == 9)
+          dst = st_e + i;
+        else if (q == 10)
+          dst = st_n + i;
+        else
+          dst = nullptr;
+        if (dst != nullptr) atomicAdd(dst, v[0]);
       }
     }
   }
-}
-
-__global__ void project_bwd_kernel(int n, sr::Camera cam, const float* __restrict__ means,
-                                   const float* __restrict__ radii,
-                                   const float4* __restrict__ g_geo, float* __restrict__ g_means,
-                                   float* __restrict__ g_radii) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
-  float gx = 0.f, gy = 0.f, gz = 0.f, gr = 0.f;
-  if (z > sr::kNear && z <= sr::kFar) {
-    const float4 g = g_geo[i];
-    sr::project_backward(x, y, z, radii[i], cam, g.x, g.y, g.z, g.w, gx, gy, gz, gr);
-  }
-  g_means[3 * i] = gx;
-  g_means[3 * i + 1] = gy;
-  g_means[3 * i + 2] = gz;
-  g_radii[i] = gr;
 }
 
 sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
@@ -316,40 +340,78 @@ at::Tensor byte_buffer(size_t bytes, const at::TensorOptions& opt) {
 
 // Sorts the (tile, sphere) pairs by tile (stable) and fills the tile ranges. Returns sorted ids.
 template <typename KeyT>
-at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, const at::Tensor& order,
-                     const at::Tensor& offsets, const at::Tensor& splats, at::Tensor& ranges,
+at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::Tensor order,
+                     at::Tensor offsets, const at::Tensor& splats, at::Tensor& ranges,
                      cudaStream_t stream) {
   auto opt = splats.options();
   const auto key_dtype = sizeof(KeyT) == 2 ? at::kShort : at::kInt;
-  at::Tensor keys = at::empty({m}, opt.dtype(key_dtype));
-  at::Tensor keys_alt = at::empty({m}, opt.dtype(key_dtype));
+  at::Tensor keys = at::empty({2, m}, opt.dtype(key_dtype));  // double buffer
   at::Tensor vals = at::empty({m}, opt.dtype(at::kInt));
   at::Tensor vals_alt = at::empty({m}, opt.dtype(at::kInt));
   KeyT* kp = reinterpret_cast<KeyT*>(keys.data_ptr());
-  KeyT* kap = reinterpret_cast<KeyT*>(keys_alt.data_ptr());
   emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(
       n, cam, order.data_ptr<int32_t>(), offsets.data_ptr<int32_t>(),
       reinterpret_cast<const float4*>(splats.data_ptr<float>()), kp, vals.data_ptr<int32_t>());
   SR_CHECK_CUDA();
+  order.reset();  // no longer needed: free before the sort (peak memory)
+  offsets.reset();
   int bits = 1;
   while ((1 << bits) < n_tiles) ++bits;
-  cub::DoubleBuffer<KeyT> dk(kp, kap);
+  cub::DoubleBuffer<KeyT> dk(kp, kp + m);
   cub::DoubleBuffer<int32_t> dv(vals.data_ptr<int32_t>(), vals_alt.data_ptr<int32_t>());
   size_t temp_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, (int)m, 0, bits, stream);
   at::Tensor temp = byte_buffer(temp_bytes, opt);
   cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, dk, dv, (int)m, 0, bits, stream);
   SR_CHECK_CUDA();
-  ranges_kernel<KeyT><<<blocks_for(m, 256), 256, 0, stream>>>(
-      (int)m, dk.Current(), reinterpret_cast<int2*>(ranges.data_ptr<int32_t>()));
+  ranges_kernel<KeyT><<<blocks_for(m + 1, 256), 256, 0, stream>>>(
+      (int)m, n_tiles, dk.Current(), reinterpret_cast<int2*>(ranges.data_ptr<int32_t>()));
   SR_CHECK_CUDA();
   return dv.Current() == vals.data_ptr<int32_t>() ? vals : vals_alt;
 }
 
+// Depth order of the spheres and the inclusive scan of their tile counts in that order.
+// Returns the pair count M (the one host sync of the forward).
+int64_t depth_sort_and_scan(int n, const sr::Camera& cam, const at::Tensor& means,
+                            const at::Tensor& radii, at::Tensor& splats, at::Tensor& order,
+                            at::Tensor& offsets, cudaStream_t stream) {
+  auto iopt = means.options().dtype(at::kInt);
+  at::Tensor keys = at::empty({2, n}, iopt);  // double buffers
+  at::Tensor idx = at::empty({2, n}, iopt);
+  at::Tensor counts = at::empty({n}, iopt);
+  int32_t* kp = keys.data_ptr<int32_t>();
+  int32_t* ip = idx.data_ptr<int32_t>();
+  project_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
+      reinterpret_cast<float4*>(splats.data_ptr<float>()), reinterpret_cast<uint32_t*>(kp), ip,
+      counts.data_ptr<int32_t>());
+  SR_CHECK_CUDA();
+  cub::DoubleBuffer<uint32_t> dk(reinterpret_cast<uint32_t*>(kp), reinterpret_cast<uint32_t*>(kp + n));
+  cub::DoubleBuffer<int32_t> dv(ip, ip + n);
+  size_t sort_bytes = 0, scan_bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, n, 0, 31, stream);
+  cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts.data_ptr<int32_t>(),
+                                offsets.data_ptr<int32_t>(), n, stream);
+  at::Tensor temp = byte_buffer(std::max(sort_bytes, scan_bytes), means.options());
+  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), sort_bytes, dk, dv, n, 0, 31, stream);
+  SR_CHECK_CUDA();
+  order = idx.select(0, dv.selector);
+  // tile counts in depth order (into the free key buffer) -> inclusive offsets
+  int32_t* sorted_counts = reinterpret_cast<int32_t*>(dk.Alternate());  // free now
+  gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, dv.Current(), counts.data_ptr<int32_t>(), sorted_counts);
+  SR_CHECK_CUDA();
+  cub::DeviceScan::InclusiveSum(temp.data_ptr(), scan_bytes, sorted_counts,
+                                offsets.data_ptr<int32_t>(), n, stream);
+  SR_CHECK_CUDA();
+  return offsets[n - 1].item<int32_t>();
+}
+
 }  // namespace
 
-// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), T_final (H,W), last (H,W) int32,
-//          splats (N,4), ids (M,) int32, ranges (tiles,2) int32]. One host sync (the pair count).
+// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), last (H,W) int32, splats (empty
+//          here: the backward recomputes them), ids (M,) int32, ranges (tiles,2) int32].
+// One host sync (the pair count).
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
@@ -367,88 +429,62 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
   auto iopt = opt.dtype(at::kInt);
 
   at::Tensor splats = at::empty({n, 4}, opt);
-  at::Tensor ranges = at::zeros({n_tiles, 2}, iopt);
+  at::Tensor ranges = at::empty({n_tiles, 2}, iopt);
   at::Tensor ids = at::empty({0}, iopt);
+  int64_t m = 0;
   if (n > 0) {
-    at::Tensor depth_keys = at::empty({n}, iopt);
-    at::Tensor iota = at::empty({n}, iopt);
-    at::Tensor counts = at::empty({n}, iopt);
-    project_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
-        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
-        reinterpret_cast<float4*>(splats.data_ptr<float>()),
-        reinterpret_cast<uint32_t*>(depth_keys.data_ptr<int32_t>()), iota.data_ptr<int32_t>(),
-        counts.data_ptr<int32_t>());
-    SR_CHECK_CUDA();
-    // depth order (stable: ties keep index order)
-    at::Tensor keys_sorted = at::empty({n}, iopt);
-    at::Tensor order = at::empty({n}, iopt);
-    size_t temp_bytes = 0;
-    auto* kin = reinterpret_cast<uint32_t*>(depth_keys.data_ptr<int32_t>());
-    auto* kout = reinterpret_cast<uint32_t*>(keys_sorted.data_ptr<int32_t>());
-    cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, iota.data_ptr<int32_t>(),
-                                    order.data_ptr<int32_t>(), n, 0, 31, stream);
-    at::Tensor temp = byte_buffer(temp_bytes, opt);
-    cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, kin, kout,
-                                    iota.data_ptr<int32_t>(), order.data_ptr<int32_t>(), n, 0, 31,
-                                    stream);
-    SR_CHECK_CUDA();
-    // tile counts in depth order -> inclusive offsets
-    at::Tensor sorted_counts = keys_sorted;  // reuse: the sorted depth keys are not needed
-    gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
-        n, order.data_ptr<int32_t>(), counts.data_ptr<int32_t>(),
-        sorted_counts.data_ptr<int32_t>());
-    SR_CHECK_CUDA();
+    at::Tensor order;
     at::Tensor offsets = at::empty({n}, iopt);
-    size_t scan_bytes = 0;
-    cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, sorted_counts.data_ptr<int32_t>(),
-                                  offsets.data_ptr<int32_t>(), n, stream);
-    if (scan_bytes > temp_bytes) temp = byte_buffer(scan_bytes, opt);
-    cub::DeviceScan::InclusiveSum(temp.data_ptr(), scan_bytes, sorted_counts.data_ptr<int32_t>(),
-                                  offsets.data_ptr<int32_t>(), n, stream);
-    SR_CHECK_CUDA();
-    const int64_t m = offsets[n - 1].item<int32_t>();  // the one host sync
+    m = depth_sort_and_scan(n, cam, means, radii, splats, order, offsets, stream);
     if (m > 0) {
-      ids = n_tiles <= 65536
-                ? bin_tiles<uint16_t>(n, m, n_tiles, cam, order, offsets, splats, ranges, stream)
-                : bin_tiles<uint32_t>(n, m, n_tiles, cam, order, offsets, splats, ranges, stream);
+      ids = n_tiles <= 65536 ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(order),
+                                                   std::move(offsets), splats, ranges, stream)
+                             : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(order),
+                                                   std::move(offsets), splats, ranges, stream);
     }
   }
+  if (m == 0) ranges.zero_();
 
   at::Tensor color = at::empty({height, width, 3}, opt);
   at::Tensor dacc = at::empty({height, width}, opt);
   at::Tensor alpha = at::empty({height, width}, opt);
-  at::Tensor tfinal = at::empty({height, width}, opt);
   at::Tensor last = at::empty({height, width}, iopt);
   raster_fwd_kernel<<<n_tiles, kBlock, 0, stream>>>(
       cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
       reinterpret_cast<const float4*>(splats.data_ptr<float>()), means.data_ptr<float>(),
       colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
       color.data_ptr<float>(), dacc.data_ptr<float>(), alpha.data_ptr<float>(),
-      tfinal.data_ptr<float>(), last.data_ptr<int32_t>());
+      last.data_ptr<int32_t>());
   SR_CHECK_CUDA();
-  return {color, dacc, alpha, tfinal, last, splats, ids, ranges};
+  // the backward recomputes the splats: return an empty placeholder (same interface as the CPU)
+  return {color, dacc, alpha, last, at::empty({0}, opt), ids, ranges};
 }
 
-// Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] and adds
-// the statistics into stat_w / stat_e / stat_n when they are non-empty.
+// Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] (four
+// contiguous pieces of one zero-filled buffer) and adds the statistics into stat_w / stat_e /
+// stat_n when they are non-empty. The output gradients may be strided.
 std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
     double cy, int64_t width, int64_t height, const at::Tensor& splats, const at::Tensor& ids,
-    const at::Tensor& ranges, const at::Tensor& tfinal, const at::Tensor& last,
+    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& last,
     const at::Tensor& g_color, const at::Tensor& g_dacc, const at::Tensor& g_alpha,
     const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
-  for (auto* t : {&g_color, &g_dacc, &g_alpha}) check_input(*t, "output gradient");
+  for (auto* t : {&g_color, &g_dacc, &g_alpha}) {
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat, "output gradients must be float32 CUDA");
+  }
+  TORCH_CHECK(g_color.dim() == 3 && g_dacc.dim() == 2 && g_alpha.dim() == 2, "bad gradient shapes");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
-  auto opt = means.options();
-  at::Tensor g_means = at::empty({n, 3}, opt), g_radii = at::empty({n}, opt);
-  at::Tensor g_colors = at::zeros({n, 3}, opt), g_opac = at::zeros({n}, opt);
-  if (n == 0) return {g_means, g_radii, g_colors, g_opac};
-  at::Tensor g_geo = at::zeros({n, 4}, opt);
+  at::Tensor buf = at::zeros({8 * (int64_t)n}, means.options());
+  at::Tensor g_means = buf.narrow(0, 0, 3 * n).view({n, 3});
+  at::Tensor g_radii = buf.narrow(0, 3 * n, n);
+  at::Tensor g_colors = buf.narrow(0, 4 * n, 3 * n).view({n, 3});
+  at::Tensor g_opac = buf.narrow(0, 7 * n, n);
+  if (n == 0 || ids.numel() == 0) return {g_means, g_radii, g_colors, g_opac};
   const bool stats = stat_w.numel() == n;
   if (stats) {
     check_input(stat_w, "stats.weight_sum");
@@ -457,29 +493,22 @@ std::vector<at::Tensor> backward_cuda(
   }
   const bool with_err = stats && pixel_err.numel() == width * height;
   if (with_err) check_input(pixel_err, "stats.pixel_error");
-  if (ids.numel() > 0) {
-    auto launch = [&](auto kernel) {
-      kernel<<<n_tiles, kBlock, 0, stream>>>(
-          cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
-          reinterpret_cast<const float4*>(splats.data_ptr<float>()), means.data_ptr<float>(),
-          colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
-          tfinal.data_ptr<float>(), last.data_ptr<int32_t>(), g_color.data_ptr<float>(),
-          g_dacc.data_ptr<float>(), g_alpha.data_ptr<float>(),
-          with_err ? pixel_err.data_ptr<float>() : nullptr, g_geo.data_ptr<float>(),
-          g_colors.data_ptr<float>(), g_opac.data_ptr<float>(),
-          stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
-          stats ? stat_n.data_ptr<float>() : nullptr);
-    };
-    if (stats)
-      launch(raster_bwd_kernel<true>);
-    else
-      launch(raster_bwd_kernel<false>);
-    SR_CHECK_CUDA();
-  }
-  project_bwd_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
-      n, cam, means.data_ptr<float>(), radii.data_ptr<float>(),
-      reinterpret_cast<const float4*>(g_geo.data_ptr<float>()), g_means.data_ptr<float>(),
-      g_radii.data_ptr<float>());
+  GradImages gi{g_color.data_ptr<float>(), g_dacc.data_ptr<float>(), g_alpha.data_ptr<float>(),
+                g_color.stride(0), g_color.stride(1), g_color.stride(2), g_dacc.stride(0),
+                g_dacc.stride(1), g_alpha.stride(0), g_alpha.stride(1)};
+  auto launch = [&](auto kernel) {
+    kernel<<<n_tiles, kBlock, 0, stream>>>(
+        cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
+        means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
+        background.data_ptr<float>(), alpha.data_ptr<float>(), last.data_ptr<int32_t>(), gi,
+        with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
+        stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
+        stats ? stat_n.data_ptr<float>() : nullptr);
+  };
+  if (stats)
+    launch(raster_bwd_kernel<true>);
+  else
+    launch(raster_bwd_kernel<false>);
   SR_CHECK_CUDA();
   return {g_means, g_radii, g_colors, g_opac};
 }
