@@ -146,11 +146,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         if viewer is not None:
             viewer.close()
     metrics = collect_metrics(system, source.stats)
+    if viewer is not None:
+        metrics["viewer"] = viewer.stats()
     if args.map:  # --- issue 5: how the start pose was found ---
         from slam.relocalise import summarise
         metrics["relocalisation"] = summarise(system.reloc_results, mode)
     write_outputs(run_dir, cfg, system, metrics)
     print(summary_text(metrics, run_dir))
+    if metrics.get("relocalisation"):  # --- issue 5 ---
+        r = metrics["relocalisation"]
+        print(f"relocalisation    {'found at frame ' + str(r['frames_to_relocalise']) if r['found'] else 'NOT found'}"
+              f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s)")
     logging.getLogger("slam").removeHandler(handler)
     handler.close()
     return rc

@@ -67,6 +67,7 @@ class TrackingConfig:
 @dataclass
 class MappingConfig:
     iters: int = 30                 # optimisation iterations per new keyframe
+    final_iters: int = 300          # refinement steps over all keyframes at the end of input
     window: int = 6                 # recent keyframes optimised together
     random_keyframes: int = 2       # older keyframes added at random per step
     max_keyframes: int = 200        # keyframes kept (compact, host memory); oldest covisible dropped
@@ -74,15 +75,16 @@ class MappingConfig:
     keyframe_translation: float = 0.05  # ... or after this many metres ...
     keyframe_rotation_deg: float = 5.0  # ... or this many degrees
     keyframe_downscale: int = 1     # stored keyframes are downscaled by this factor
-    lr_means: float = 0.0005
-    lr_radii: float = 0.005         # on log radius
-    lr_colors: float = 0.005
+    lr_means: float = 0.001
+    lr_radii: float = 0.01          # on log radius
+    lr_colors: float = 0.02
     lr_opacities: float = 0.05      # on opacity logit
     depth_weight: float = 1.0
-    densify_alpha: float = 0.5      # add spheres where rendered alpha is below this ...
+    densify_alpha: float = 0.9      # add spheres where rendered alpha is below this ...
     densify_depth_error: float = 0.05  # ... or depth error above this (m) in front of the surface
+    densify_color_error: float = 1.0   # ... or mean |colour error| above this (0-1; 1 = off)
     densify_stride: int = 2         # sample every n-th pixel when adding spheres
-    radius_scale: float = 1.0       # initial radius = scale * z / f (the pixel footprint)
+    radius_scale: float = 0.5       # initial radius = scale * stride * z / f (half a grid cell)
     initial_opacity: float = 0.9
 
 

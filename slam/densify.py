@@ -10,17 +10,18 @@ from slam.geometry import backproject, transform_points
 from slam.observation import Observation, depth_edge_mask
 
 
-def candidate_mask(obs: Observation, alpha: Optional[torch.Tensor], depth_render: Optional[torch.Tensor],
-                   cfg: MappingConfig) -> torch.Tensor:
+def candidate_mask(obs: Observation, render, cfg: MappingConfig) -> torch.Tensor:
     """(H, W) bool: valid, edge-free depth where the map is missing (alpha below
-    ``densify_alpha``) or wrong (observed surface in front of the rendered one by more than
-    ``densify_depth_error`` metres). With no map yet (alpha None) every valid pixel qualifies."""
+    ``densify_alpha``), wrong (observed surface in front of the rendered one by more than
+    ``densify_depth_error`` metres) or too coarse (mean colour error above
+    ``densify_color_error``). With no map yet (``render`` None) every valid pixel qualifies."""
     valid = depth_edge_mask(obs.depth)
-    if alpha is None:
+    if render is None:
         return valid
-    missing = alpha < cfg.densify_alpha
-    in_front = (depth_render - obs.depth) > cfg.densify_depth_error
-    return valid & (missing | in_front)
+    missing = render.alpha < cfg.densify_alpha
+    in_front = (render.depth - obs.depth) > cfg.densify_depth_error
+    coarse = (render.color - obs.color).abs().mean(-1) > cfg.densify_color_error
+    return valid & (missing | in_front | coarse)
 
 
 def seed_spheres(obs: Observation, T_wc: torch.Tensor, mask: torch.Tensor, cfg: MappingConfig,

@@ -69,14 +69,14 @@ class Mapper:
     # ------------------------------------------------------------------ steps
     def _densify(self, obs, T_wc: torch.Tensor) -> tuple[int, float]:
         if self.smap.n == 0:
-            mask = candidate_mask(obs, None, None, self.cfg)
+            mask = candidate_mask(obs, None, self.cfg)
             priority, novelty = None, 1.0
         else:
             snap = self.smap.latest()
             with torch.no_grad():
                 out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, invert(T_wc),
                                      obs.K, obs.width, obs.height, backend=self.backend)
-            mask = candidate_mask(obs, out.alpha, out.depth, self.cfg)
+            mask = candidate_mask(obs, out, self.cfg)
             valid = obs.depth > 0
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
@@ -85,34 +85,54 @@ class Mapper:
             self.pruner.make_room(self.smap, int(means.shape[0]))
         return self.smap.add(means, radii, colors, opacities), novelty
 
+    def _view(self, kf: Keyframe, device):
+        o = kf.observation(device)
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+        return o, T_cw, depth_edge_mask(o.depth), o.depth > 0
+
+    def _step(self, view, stats) -> torch.Tensor:
+        """One optimisation step of every live sphere on one keyframe view; returns the loss.
+        L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
+        o, T_cw, depth_ok, valid = view
+        rows = self.smap.active().detach().requires_grad_(True)
+        means, radii, colors, opacities = self.smap.activated(rows)
+        out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
+                             backend=self.backend, stats=stats)
+        err_c = (out.color - o.color).abs().mean(-1)
+        m = valid.float()
+        l_color = (err_c * m).sum() / m.sum().clamp_min(1.0)
+        dm = depth_ok.float()
+        l_depth = ((out.depth - o.depth).abs() * dm).sum() / dm.sum().clamp_min(1.0)
+        loss = l_color + self.cfg.depth_weight * l_depth
+        if stats is not None:
+            stats.pixel_error = (err_c * m).detach()
+        loss.backward()
+        self.smap.adam_step(rows.grad)
+        return loss.detach()
+
     def _optimise(self, window: list[Keyframe], device):
-        views = []
-        for kf in window:
-            o = kf.observation(device)
-            T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
-            views.append((o, T_cw, depth_edge_mask(o.depth), (o.depth > 0)))
-        n = self.smap.n
-        stats = rasterizer.SphereStats(n, device=device)
-        loss_val = torch.zeros((), device=device)
+        views = [self._view(kf, device) for kf in window]
+        stats = rasterizer.SphereStats(self.smap.n, device=device)
+        loss = torch.zeros((), device=device)
         for it in range(self.cfg.iters):
             # Half the iterations on the newest keyframe, the rest cycling through the window.
-            o, T_cw, depth_ok, valid = views[0] if it % 2 == 0 or len(views) == 1 else views[1 + (it // 2) % (len(views) - 1)]
-            rows = self.smap.active().detach().requires_grad_(True)
-            means, radii, colors, opacities = self.smap.activated(rows)
-            out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
-                                 backend=self.backend, stats=stats)
-            err_c = (out.color - o.color).abs().mean(-1)
-            m = valid.float()
-            count = m.sum().clamp_min(1.0)
-            l_color = (err_c * m).sum() / count
-            dm = depth_ok.float()
-            l_depth = ((out.depth - o.depth).abs() * dm).sum() / dm.sum().clamp_min(1.0)
-            loss = l_color + self.cfg.depth_weight * l_depth
-            stats.pixel_error = (err_c * m).detach()
-            loss.backward()
-            self.smap.adam_step(rows.grad)
-            loss_val = loss.detach()
-        return float(loss_val), stats.weight_sum, stats.error_sum, self.cfg.iters
+            k = 0 if it % 2 == 0 or len(views) == 1 else 1 + (it // 2) % (len(views) - 1)
+            loss = self._step(views[k], stats)
+        return float(loss), stats.weight_sum, stats.error_sum, self.cfg.iters
+
+    def refine(self, iters: int) -> float:
+        """Final refinement at the end of input: ``iters`` steps on keyframes drawn at random
+        from the whole store (every part of the map gets attention, not just the last window).
+        Publishes the result; returns the last loss."""
+        if iters <= 0 or self.smap.n == 0 or not self.store.items:
+            return float("nan")
+        device = self.smap.device
+        order = torch.randint(0, len(self.store.items), (iters,), generator=self.generator).tolist()
+        loss = torch.zeros((), device=device)
+        for k in order:
+            loss = self._step(self._view(self.store.items[k], device), None)
+        self.smap.publish()
+        return float(loss)
 
     def _screen_radius(self, kf: Keyframe, device) -> torch.Tensor:
         """(N,) screen radius in px of every sphere in the newest keyframe (0 behind the camera)."""

@@ -32,6 +32,7 @@ class RunRecorder:
     started: float = field(default_factory=time.perf_counter)
     finished: Optional[float] = None
     stop_reason: str = "end of input"
+    refine_s: float = 0.0                                # final map refinement after the stream
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_frame(self, rec: FrameRecord) -> None:

@@ -4,7 +4,9 @@
    ``coarse_width`` px wide) and score it against the frame downsampled the same way: mean over
    valid-depth pixels of the colour L1 (0..1) plus the relative depth error (capped at 1); pixels
    the map does not cover (alpha < 0.5) score the maximum (2). Around the best ``top_k`` poses,
-   small perturbations (camera-frame shifts and rotations) are scored too.
+   small perturbations (camera-frame shifts and rotations) are scored too, and so are the poses
+   OpenCV finds by ORB matching against those keyframes' images + PnP (RANSAC) on their depth
+   (reaches starts far from every saved pose, where the perturbations do not).
 2. Refinement: the best ``refine_k`` candidates are refined with the ordinary tracker (coarse to
    fine, Levenberg-Marquardt) from a fresh motion history.
 3. Verification: the refined pose is accepted when enough of the frame agrees with the render:
@@ -21,11 +23,13 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import cv2
 import numpy as np
 import torch
 
 from slam.config import TrackingConfig
 from slam.geometry import invert, orthonormalize
+from slam.keyframes import Keyframe
 from slam.observation import Observation
 from slam.render import render_spheres
 from slam.sphere_map import MapSnapshot
@@ -65,15 +69,62 @@ def _perturbations(shift: float, angle_deg: float) -> list[np.ndarray]:
     return out
 
 
-class Relocaliser:
-    """Finds a frame's pose in a saved map from the saved keyframe poses (see module doc)."""
+def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 12) -> Optional[np.ndarray]:
+    """T_wc (4, 4) of an image (``color`` (H, W, 3) uint8, intrinsics ``K``) from ORB matches
+    against keyframe ``kf`` lifted to 3D with its depth and pose (PnP + RANSAC); None if too few
+    consistent matches."""
+    scale = max(1.0, 640.0 / color.shape[1])   # ORB needs some pixels: upsample small images
 
-    def __init__(self, keyframe_poses: list[np.ndarray], tracking: TrackingConfig, backend: str = "auto",
+    def features(img):
+        g = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
+        if scale > 1:
+            g = cv2.resize(g, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+        return cv2.ORB_create(nfeatures=1500).detectAndCompute(g, None)
+
+    kq, dq = features(color)
+    kk, dk = features(kf.color)
+    if dq is None or dk is None or len(kq) < min_inliers or len(kk) < min_inliers:
+        return None
+    matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(dk, dq)
+    h, w = kf.depth.shape
+    obj, img = [], []
+    for m in matches:
+        u, v = (np.asarray(kk[m.queryIdx].pt) + 0.5) / scale - 0.5   # back to keyframe pixels (centres)
+        ui, vi = int(round(u)), int(round(v))
+        if not (0 <= ui < w and 0 <= vi < h):
+            continue
+        z = float(kf.depth[vi, ui])
+        if not (z > 0 and math.isfinite(z)):
+            continue
+        p_c = np.array([(u - kf.K[0, 2]) / kf.K[0, 0] * z, (v - kf.K[1, 2]) / kf.K[1, 1] * z, z])
+        obj.append(kf.T_wc[:3, :3] @ p_c + kf.T_wc[:3, 3])
+        img.append((np.asarray(kq[m.trainIdx].pt) + 0.5) / scale - 0.5)
+    if len(obj) < min_inliers:
+        return None
+    ok, rvec, tvec, inl = cv2.solvePnPRansac(np.asarray(obj, np.float64), np.asarray(img, np.float64),
+                                             np.asarray(K, np.float64), None, iterationsCount=300,
+                                             reprojectionError=max(1.5, 3.0 * color.shape[1] / 640.0),
+                                             confidence=0.999)
+    if not ok or inl is None or len(inl) < min_inliers:
+        return None
+    T_cw = np.eye(4)
+    T_cw[:3, :3] = cv2.Rodrigues(rvec)[0]
+    T_cw[:3, 3] = tvec.ravel()
+    return orthonormalize(invert(T_cw))
+
+
+class Relocaliser:
+    """Finds a frame's pose in a saved map from the saved keyframes (see module doc)."""
+
+    def __init__(self, keyframes: list[Keyframe], tracking: TrackingConfig, backend: str = "auto",
                  coarse_width: int = 40, top_k: int = 4, refine_k: int = 3, min_inliers: float = 0.6,
-                 shift: float = 0.1, angle_deg: float = 8.0, refine_iters: Optional[int] = None) -> None:
-        if not keyframe_poses:
-            raise ValueError("relocalisation needs at least one saved keyframe pose")
-        self.poses = [np.asarray(T, dtype=np.float64) for T in keyframe_poses]
+                 shift: float = 0.1, angle_deg: float = 8.0, refine_iters: Optional[int] = None,
+                 use_features: bool = True) -> None:
+        if not keyframes:
+            raise ValueError("relocalisation needs at least one saved keyframe")
+        self.keyframes = keyframes
+        self.use_features = use_features
+        self.poses = [np.asarray(kf.T_wc, dtype=np.float64) for kf in keyframes]
         self.backend = backend
         self.coarse_width = coarse_width
         self.top_k, self.refine_k, self.min_inliers = top_k, refine_k, min_inliers
@@ -96,11 +147,15 @@ class Relocaliser:
         scores = [self._score(coarse, snap, T) for T in self.poses]
         order = np.argsort(scores)[: self.top_k]
         cands: list[tuple[float, np.ndarray, int]] = []
+        color_u8 = (obs.color * 255).round().to(torch.uint8).cpu().numpy() if self.use_features else None
         for i in order:
-            for d in self.deltas:
-                T = self.poses[i] @ d
-                s = scores[i] if d is self.deltas[0] else self._score(coarse, snap, T)
-                cands.append((s, T, int(i)))
+            starts = [self.poses[i] @ d for d in self.deltas]
+            if self.use_features:
+                T_pnp = pnp_pose(color_u8, obs.K.cpu().numpy(), self.keyframes[i])
+                if T_pnp is not None:
+                    starts.append(T_pnp)
+            for k, T in enumerate(starts):
+                cands.append((scores[i] if k == 0 else self._score(coarse, snap, T), T, int(i)))
         cands.sort(key=lambda c: c[0])
         picked: list[tuple[float, np.ndarray, int]] = []
         for c in cands:  # distinct starting points only

@@ -136,6 +136,8 @@ class RerunViewer:
         self._last_index: Optional[int] = None
         self._static_done = False
         self.logged_payloads = 0
+        self.hook_s = 0.0                 # wall time spent in the hook (tracking thread)
+        self.thread_cpu_s = 0.0           # CPU time of the viewer thread (its own Python + torch calls)
         self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._loop, name="viewer", daemon=True)
         self._thread.start()
@@ -143,8 +145,9 @@ class RerunViewer:
     # ------------------------------------------------------------------ tracking thread side
     def hook(self, frame, rec, snapshot) -> None:
         """``SlamSystem.frame_hooks`` entry: O(1), never blocks, never raises into SLAM."""
+        t_in = time.perf_counter()
         try:
-            now = time.perf_counter()
+            now = t_in
             if self._last_hook is not None:
                 inst = 1.0 / max(now - self._last_hook, 1e-6)
                 self._fps = inst if math.isnan(self._fps) else 0.8 * self._fps + 0.2 * inst
@@ -156,16 +159,19 @@ class RerunViewer:
             self.payloads.put(_Payload(rec.index, frame.color, frame.depth, np.asarray(frame.K), rec.T_wc, snapshot))
         except Exception as exc:  # noqa: BLE001 - the viewer must never break SLAM
             self.error = self.error or exc
+        self.hook_s += time.perf_counter() - t_in
 
     # ------------------------------------------------------------------ viewer thread
     def _loop(self) -> None:
         try:
             while True:
                 item = self.payloads.get()
+                c0 = time.thread_time()
                 self._drain_records()
                 if item is not None:
                     self._log_payload(item)
-                elif self.payloads.closed:
+                self.thread_cpu_s += time.thread_time() - c0
+                if item is None and self.payloads.closed:
                     break
         except Exception as exc:  # noqa: BLE001 - report at close, never propagate into SLAM
             self.error = exc
@@ -254,6 +260,12 @@ class RerunViewer:
         colors = (sel(snap.colors).clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
         radii = sel(snap.radii).float().cpu().numpy()
         self.rec.log("world/map", rr.Points3D(means, colors=colors, radii=radii))
+
+    def stats(self) -> dict:
+        """What the viewer did and cost (for metrics.json)."""
+        return {"payloads_logged": self.logged_payloads, "payloads_dropped": self.payloads.dropped,
+                "hook_ms_total": self.hook_s * 1e3, "thread_cpu_s": self.thread_cpu_s,
+                "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}"}
 
     # ------------------------------------------------------------------ shutdown
     def close(self, timeout: float = 30.0) -> None:
