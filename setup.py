@@ -39,7 +39,8 @@ setup(
     package_data={
         "rasterizer": ["csrc/*", "csrc/**/*"],
         "slam._configs": ["*.yaml"],
-        "slam._sample": ["*.txt", "*.yaml", "rgb/*", "depth/*"],
+        "slam._sample": ["*.txt", "*.yaml", "*.md", "rgb/*", "depth/*"],
+        "slam.ros": ["launch/*", "package.xml", "scripts/*"],
     },
     install_requires=[
         "torch>=2.1",
@@ -63,6 +64,8 @@ setup(
         "console_scripts": [
             "run_slam=slam.cli:main",
             "slam_eval=slam.eval.cli:main",
+            "slam_ros1_node=slam.ros.ros1_node:main",
+            "slam_ros2_node=slam.ros.ros2_node:main",
         ]
     },
     ext_modules=ext_modules,

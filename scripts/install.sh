@@ -2,6 +2,7 @@
 # One-command install into ./.venv (or $VENV): system library, torch first, then the package.
 #   bash scripts/install.sh          # the package
 #   bash scripts/install.sh --test   # the package plus test tools
+#   bash scripts/install.sh --test --ros1   # ... plus Debian's ROS 1 for the ROS integration test
 # torch is installed before the package so that pip never pulls a multi-GB CUDA build on a
 # CPU machine. On a Jetson, install NVIDIA's torch wheel for your JetPack into the venv first
 # (see README): an existing torch is kept.
@@ -10,7 +11,14 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 EXTRA=""
-[ "${1:-}" = "--test" ] && EXTRA="[test]"
+ROS1=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) EXTRA="[test]" ;;
+    --ros1) ROS1=1 ;;
+    *) echo "install.sh: unknown option $arg (use --test, --ros1)" >&2; exit 2 ;;
+  esac
+done
 
 # open3d's x86-64 wheel needs libusb-1.0 at import time; Debian/Ubuntu images often lack it.
 if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0; then
@@ -29,4 +37,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$VENV/bin/python" -m pip install -q ".$EXTRA"
+if [ "$ROS1" = 1 ]; then
+  bash scripts/install_ros1.sh
+fi
 echo "installed into $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
