@@ -63,3 +63,27 @@ def test_no_stats_and_no_pixel_error():
     s = random_scene(20, 24, 18, seed=2)
     _, _, st = render(s, "cpu", pixel_error=False)
     assert st[1].abs().sum() == 0 and st[0].sum() > 0
+
+
+def test_aot_extensions_description():
+    # setup.py loads rasterizer/_build.py with runpy (without importing the package)
+    import runpy
+    from pathlib import Path
+
+    build = Path(rasterizer.__file__).parent / "_build.py"
+    exts, cmdclass = runpy.run_path(str(build))["aot_extensions"]()
+    names = [e.name for e in exts]
+    assert "rasterizer._sphere_raster_cpu" in names and "build_ext" in cmdclass
+    if torch.version.cuda is None:
+        assert "rasterizer._sphere_raster_cuda" not in names
+    root = build.parent.parent
+    for e in exts:
+        assert all((root / s).is_file() for s in e.sources), e.sources
+
+
+def test_clear_error_without_compiler(monkeypatch):
+    from rasterizer import _build
+
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
+        _build.load_jit("cpu")

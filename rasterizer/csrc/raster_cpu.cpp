@@ -153,27 +153,52 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
       ts.load(begin, end, ids, splats, op, cp, mp);
       const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
       const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
+      const int tw = x1 - x0;
+      // Sphere-major over the tile: each sphere visits only the pixels of its 3-sigma box; every
+      // pixel still sees the spheres in list order, so the per-pixel arithmetic is unchanged.
+      float T[sr::kTilePixels], C[3 * sr::kTilePixels], D[sr::kTilePixels];
+      int32_t L[sr::kTilePixels];
+      bool done[sr::kTilePixels];
+      int remaining = tw * (y1 - y0);
+      for (int q = 0; q < remaining; ++q) {
+        T[q] = 1.f;
+        C[3 * q] = C[3 * q + 1] = C[3 * q + 2] = 0.f;
+        D[q] = 0.f;
+        L[q] = (int32_t)begin;
+        done[q] = false;
+      }
+      for (int64_t j = 0; j < end - begin && remaining > 0; ++j) {
+        const sr::Splat& sp = ts.splat[j];
+        int bx0, bx1, by0, by1;
+        if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+        for (int py = by0; py < by1; ++py)
+          for (int px = bx0; px < bx1; ++px) {
+            const int q = (py - y0) * tw + (px - x0);
+            if (done[q]) continue;
+            float a, G, du, dv, w;
+            if (!sr::eval_alpha((float)px, (float)py, sp, ts.o[j], a, G, du, dv)) continue;
+            if (!sr::blend_step(a, T[q], w)) {
+              done[q] = true;
+              --remaining;
+              continue;
+            }
+            C[3 * q] += w * ts.c[3 * j];
+            C[3 * q + 1] += w * ts.c[3 * j + 1];
+            C[3 * q + 2] += w * ts.c[3 * j + 2];
+            D[q] += w * ts.z[j];
+            L[q] = (int32_t)(begin + j + 1);
+          }
+      }
       for (int py = y0; py < y1; ++py)
         for (int px = x0; px < x1; ++px) {
-          float T = 1.f, c0 = 0.f, c1 = 0.f, c2 = 0.f, d = 0.f;
-          int64_t stop = begin;
-          for (int64_t j = 0; j < end - begin; ++j) {
-            float a, G, du, dv, w;
-            if (!sr::eval_alpha((float)px, (float)py, ts.splat[j], ts.o[j], a, G, du, dv)) continue;
-            if (!sr::blend_step(a, T, w)) break;
-            c0 += w * ts.c[3 * j];
-            c1 += w * ts.c[3 * j + 1];
-            c2 += w * ts.c[3 * j + 2];
-            d += w * ts.z[j];
-            stop = begin + j + 1;
-          }
+          const int q = (py - y0) * tw + (px - x0);
           const int64_t p = (int64_t)py * cam.width + px;
-          color[3 * p] = c0 + T * bg[0];
-          color[3 * p + 1] = c1 + T * bg[1];
-          color[3 * p + 2] = c2 + T * bg[2];
-          dacc[p] = d;
-          alpha[p] = 1.f - T;
-          last[p] = (int32_t)stop;
+          color[3 * p] = C[3 * q] + T[q] * bg[0];
+          color[3 * p + 1] = C[3 * q + 1] + T[q] * bg[1];
+          color[3 * p + 2] = C[3 * q + 2] + T[q] * bg[2];
+          dacc[p] = D[q];
+          alpha[p] = 1.f - T[q];
+          last[p] = L[q];
         }
     }
   }
@@ -232,23 +257,44 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
       ts.load(begin, end, ids, splats, op, cp, mp);
       const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
       const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
+      const int tw = x1 - x0;
+      // Per-pixel replay state; spheres visited back to front, each over its 3-sigma box only
+      // (records still accumulate over pixels in row-major order: same sums as pixel-major).
+      float T[sr::kTilePixels], R[sr::kTilePixels], GC[3 * sr::kTilePixels], GD[sr::kTilePixels],
+          E[sr::kTilePixels];
+      int32_t L[sr::kTilePixels];
+      int64_t tile_last = begin;
       for (int py = y0; py < y1; ++py)
         for (int px = x0; px < x1; ++px) {
+          const int q = (py - y0) * tw + (px - x0);
           const int64_t p = (int64_t)py * cam.width + px;
-          const float gc0 = gcol[3 * p], gc1 = gcol[3 * p + 1], gc2 = gcol[3 * p + 2];
-          const float gd = gdep[p];
-          const float e = err ? err[p] : 0.f;
-          float T = 1.f - alpha[p];
-          float R = T * (gc0 * bg[0] + gc1 * bg[1] + gc2 * bg[2] - galp[p]);
-          for (int64_t k = (int64_t)last[p] - 1; k >= begin; --k) {
-            const int64_t j = k - begin;
+          GC[3 * q] = gcol[3 * p];
+          GC[3 * q + 1] = gcol[3 * p + 1];
+          GC[3 * q + 2] = gcol[3 * p + 2];
+          GD[q] = gdep[p];
+          E[q] = err ? err[p] : 0.f;
+          T[q] = 1.f - alpha[p];
+          R[q] = T[q] * (GC[3 * q] * bg[0] + GC[3 * q + 1] * bg[1] + GC[3 * q + 2] * bg[2] - galp[p]);
+          L[q] = last[p];
+          tile_last = std::max<int64_t>(tile_last, L[q]);
+        }
+      for (int64_t k = tile_last - 1; k >= begin; --k) {
+        const int64_t j = k - begin;
+        const sr::Splat& sp = ts.splat[j];
+        int bx0, bx1, by0, by1;
+        if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+        const float* c = &ts.c[3 * j];
+        float* r = &rec[(size_t)k * kRec];
+        for (int py = by0; py < by1; ++py)
+          for (int px = bx0; px < bx1; ++px) {
+            const int q = (py - y0) * tw + (px - x0);
+            if (k >= L[q]) continue;
             float a, G, du, dv, w;
-            if (!sr::eval_alpha((float)px, (float)py, ts.splat[j], ts.o[j], a, G, du, dv)) continue;
-            const float* c = &ts.c[3 * j];
+            if (!sr::eval_alpha((float)px, (float)py, sp, ts.o[j], a, G, du, dv)) continue;
+            const float gc0 = GC[3 * q], gc1 = GC[3 * q + 1], gc2 = GC[3 * q + 2], gd = GD[q];
             const float gf = gc0 * c[0] + gc1 * c[1] + gc2 * c[2] + gd * ts.z[j];
-            const float dLda = sr::unblend_step(a, gf, T, R, w);
-            const sr::SplatGrad g = sr::alpha_backward(dLda, ts.o[j], G, du, dv, ts.splat[j], cam);
-            float* r = &rec[(size_t)k * kRec];
+            const float dLda = sr::unblend_step(a, gf, T[q], R[q], w);
+            const sr::SplatGrad g = sr::alpha_backward(dLda, ts.o[j], G, du, dv, sp, cam);
             r[0] += g.gu;
             r[1] += g.gv;
             r[2] += g.gs2;
@@ -258,10 +304,10 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
             r[6] += w * gc2;
             r[7] += g.go;
             r[8] += w;
-            r[9] += w * e;
+            r[9] += w * E[q];
             r[10] += 1.f;
           }
-        }
+      }
     }
   }
 

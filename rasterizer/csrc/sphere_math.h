@@ -74,6 +74,23 @@ SR_HD int tile_rect(const Splat& s, const Camera& cam, int& tx0, int& tx1, int& 
   return (tx1 - tx0) * (ty1 - ty0);
 }
 
+// Pixel rectangle [bx0, bx1) x [by0, by1) inside [x0, x1) x [y0, y1) that holds every pixel centre
+// within 3 sigma per axis, widened by one pixel against rounding (eval_alpha stays the arbiter).
+// Returns false when it is empty. Used by the CPU kernel to skip pixels a sphere cannot reach.
+SR_HD bool pixel_box(const Splat& s, int x0, int x1, int y0, int y1, int& bx0, int& bx1, int& by0,
+                     int& by1) {
+  const float rx = 3.0f * sqrtf(1.0f / s.ia) + 1.0f;
+  const float ry = 3.0f * sqrtf(1.0f / s.ic) + 1.0f;
+  const float fx0 = fmaxf(s.u - rx, (float)x0), fx1 = fminf(s.u + rx, (float)(x1 - 1));
+  const float fy0 = fmaxf(s.v - ry, (float)y0), fy1 = fminf(s.v + ry, (float)(y1 - 1));
+  if (!(fx0 <= fx1) || !(fy0 <= fy1)) return false;
+  bx0 = (int)ceilf(fx0);
+  bx1 = (int)floorf(fx1) + 1;
+  by0 = (int)ceilf(fy0);
+  by1 = (int)floorf(fy1) + 1;
+  return bx0 < bx1 && by0 < by1;
+}
+
 // Opacity of a splat at pixel centre (px, py). Returns false when the sphere does not contribute
 // (outside the 3-sigma ellipse or a < kAlphaMin). G is the unclamped Gaussian value.
 SR_HD bool eval_alpha(float px, float py, const Splat& s, float o, float& a, float& G, float& du,
