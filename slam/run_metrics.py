@@ -1,6 +1,7 @@
 """Metrics of a finished (or stopped) run: accuracy, rendering quality, speed, memory, map size."""
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 from typing import Optional
@@ -11,6 +12,8 @@ import torch
 from slam.geometry import invert
 from slam.render import render_spheres
 from slam.sphere_map import bytes_per_sphere
+
+log = logging.getLogger("slam.metrics")
 
 
 def trajectory_metrics(frames: list) -> dict:
@@ -91,7 +94,7 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
         "spheres": system.smap.n,
         "sphere_budget": system.smap.budget,
-        "max_spheres_seen": max((c for _, c in counts), default=0),
+        "max_spheres_seen": system.smap.peak_n,
         "map_mb": system.smap.n * bytes_per_sphere() / 1e6,
         "sphere_counts": [[int(i), int(c)] for i, c in counts],
         "pruned": {
@@ -103,7 +106,16 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
         "peak_rss_mb": peak_rss_mb(),
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(system.device) / 1e6) if system.device.type == "cuda" else None,
     }
-    m.update(trajectory_metrics(frames))
+    # Evaluation must never cost the run its outputs: a failure here is recorded, not raised.
+    try:
+        m.update(trajectory_metrics(frames))
+    except Exception as exc:  # noqa: BLE001
+        log.error("trajectory evaluation failed: %s: %s", type(exc).__name__, exc)
+        m["trajectory_error"] = f"{type(exc).__name__}: {exc}"
     if evaluate_images:
-        m["images"] = image_metrics(system, system.cfg.output.eval_images_every)
+        try:
+            m["images"] = image_metrics(system, system.cfg.output.eval_images_every)
+        except Exception as exc:  # noqa: BLE001
+            log.error("image evaluation failed: %s: %s", type(exc).__name__, exc)
+            m["images_error"] = f"{type(exc).__name__}: {exc}"
     return m

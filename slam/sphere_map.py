@@ -78,6 +78,7 @@ class SphereMap:
             raise ValueError(f"map budget must allow at least one sphere (max_spheres={max_spheres}, max_mb={max_mb})")
         self.budget = budget
         self.n = 0
+        self.peak_n = 0          # the most spheres ever held at once (the budget check)
         self.capacity = 0
         self.params = torch.zeros(0, PARAM_DIM, device=self.device)
         self.exp_avg = torch.zeros(0, PARAM_DIM, device=self.device)
@@ -147,6 +148,7 @@ class SphereMap:
         for v in self.stats.values():
             v[sl] = 0
         self.n += m
+        self.peak_n = max(self.peak_n, self.n)
         return m
 
     def remove(self, mask: torch.Tensor) -> int:
@@ -225,3 +227,4 @@ class SphereMap:
             v.zero_()
         self.params[: rows.shape[0]] = rows.to(self.device, torch.float32)
         self.n = int(rows.shape[0])
+        self.peak_n = max(self.peak_n, self.n)

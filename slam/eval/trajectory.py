@@ -12,6 +12,8 @@ from typing import Tuple
 
 import numpy as np
 
+from slam.geometry import orthonormalize
+
 ALIGNMENT = "SE3 Umeyama, no scale"
 
 
@@ -26,6 +28,9 @@ def _traj(poses: np.ndarray, stamps: np.ndarray, what: str):
         raise ValueError(f"{what}: {len(poses)} poses but {len(stamps)} timestamps")
     if not np.all(np.isfinite(poses)):
         raise ValueError(f"{what} poses contain non-finite values")
+    # Real ground truth is often not exactly orthonormal (7-Scenes' KinectFusion poses have
+    # det(R) ~ 0.9999): evo refuses such matrices, so project each rotation onto SO(3) first.
+    poses = np.stack([orthonormalize(T) for T in poses]) if len(poses) else poses
     return PoseTrajectory3D(poses_se3=list(poses), timestamps=stamps)
 
 
