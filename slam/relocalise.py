@@ -1,18 +1,22 @@
 """Relocalisation against a saved map: find the pose of a frame with no prior (render-and-compare).
 
-1. Coarse search: render the frozen map at every saved keyframe pose at low resolution (about
-   ``coarse_width`` px wide) and score it against the frame downsampled the same way: mean over
-   valid-depth pixels of the colour L1 (0..1) plus the relative depth error (capped at 1); pixels
-   the map does not cover (alpha < 0.5) score the maximum (2). Around the best ``top_k`` poses,
-   small perturbations (camera-frame shifts and rotations) are scored too, and so are the poses
-   OpenCV finds by ORB matching against those keyframes' images + PnP (RANSAC) on their depth
-   (reaches starts far from every saved pose, where the perturbations do not).
-2. Refinement: the best ``refine_k`` candidates are refined with the ordinary tracker (coarse to
-   fine, Levenberg-Marquardt) from a fresh motion history.
-3. Verification: the refined pose is accepted when enough of the frame agrees with the render:
-   inliers (map covers the pixel, depth within max(3 cm, 3 % z), colour within 0.15) over valid
-   pixels >= ``min_inliers``. Otherwise the frame is reported as not relocalised and the next
-   frame tries again.
+1. Render-and-compare: render the frozen map at every saved keyframe pose at low resolution
+   (about ``coarse_width`` px wide) and score it against the frame downsampled the same way: mean
+   over valid-depth pixels of the colour L1 (0..1) plus the relative depth error (capped at 1);
+   pixels the map does not cover (alpha < 0.5) score the maximum (2). Around the best ``top_k``
+   poses, small perturbations (camera-frame shifts and pan/tilt) are scored too; the best
+   ``refine_k`` distinct candidates go on.
+2. Features (OpenCV): ORB matches against the images of the ``pnp_k`` best-scoring keyframes,
+   lifted to 3D with their depth and pose, PnP + RANSAC; the ``pnp_refine`` poses with the most
+   RANSAC inliers go on too. They reach starts far from every saved pose, and are judged on their
+   geometric evidence, not on the coarse score (a true pose at the map's edge scores worse than a
+   wrong pose facing a well-mapped wall).
+3. Refinement and verification: each candidate is refined with the ordinary tracker (3-level
+   pyramid, Levenberg-Marquardt, fresh motion history). A refined pose is accepted when the map
+   covers at least ``min_coverage`` of the frame's valid-depth pixels and at least
+   ``min_agreement`` of the covered ones agree (depth within max(3 cm, 3 % z), colour within
+   0.15); the best accepted pose wins. Otherwise the frame is reported as not relocalised and the
+   next frame tries again.
 All rendering is under ``no_grad`` from an immutable ``MapSnapshot``: the map is never touched.
 """
 from __future__ import annotations
@@ -37,7 +41,8 @@ from slam.sphere_map import MapSnapshot
 
 @dataclass
 class RelocResult:
-    """T_wc: (4, 4) float64 best pose; ok: verified; inliers: verified agreement in [0, 1];
+    """T_wc: (4, 4) float64 best pose; ok: verified; inliers: share of the frame's valid pixels
+    the map covers and explains at that pose, in [0, 1];
     loss: the tracker's final residual (inf if not refined); keyframe: index of the saved keyframe
     the winning candidate came from; candidates: poses scored; ms: wall time."""
 
@@ -69,10 +74,10 @@ def _perturbations(shift: float, angle_deg: float) -> list[np.ndarray]:
     return out
 
 
-def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 12) -> Optional[np.ndarray]:
-    """T_wc (4, 4) of an image (``color`` (H, W, 3) uint8, intrinsics ``K``) from ORB matches
-    against keyframe ``kf`` lifted to 3D with its depth and pose (PnP + RANSAC); None if too few
-    consistent matches."""
+def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 12) -> Optional[tuple[np.ndarray, int]]:
+    """(T_wc (4, 4), RANSAC inlier count) of an image (``color`` (H, W, 3) uint8, intrinsics
+    ``K``) from ORB matches against keyframe ``kf`` lifted to 3D with its depth and pose (PnP +
+    RANSAC); None if too few consistent matches."""
     scale = max(1.0, 640.0 / color.shape[1])   # ORB needs some pixels: upsample small images
 
     def features(img):
@@ -110,16 +115,16 @@ def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 
     T_cw = np.eye(4)
     T_cw[:3, :3] = cv2.Rodrigues(rvec)[0]
     T_cw[:3, 3] = tvec.ravel()
-    return orthonormalize(invert(T_cw))
+    return orthonormalize(invert(T_cw)), int(len(inl))
 
 
 class Relocaliser:
     """Finds a frame's pose in a saved map from the saved keyframes (see module doc)."""
 
     def __init__(self, keyframes: list[Keyframe], tracking: TrackingConfig, backend: str = "auto",
-                 coarse_width: int = 40, top_k: int = 4, refine_k: int = 3, min_inliers: float = 0.6,
-                 shift: float = 0.1, angle_deg: float = 8.0, refine_iters: Optional[int] = None,
-                 use_features: bool = True) -> None:
+                 coarse_width: int = 40, top_k: int = 4, refine_k: int = 3, pnp_k: int = 8, pnp_refine: int = 2,
+                 min_coverage: float = 0.3, min_agreement: float = 0.7, shift: float = 0.1, angle_deg: float = 8.0,
+                 refine_iters: Optional[int] = None, use_features: bool = True) -> None:
         if not keyframes:
             raise ValueError("relocalisation needs at least one saved keyframe")
         self.keyframes = keyframes
@@ -127,7 +132,8 @@ class Relocaliser:
         self.poses = [np.asarray(kf.T_wc, dtype=np.float64) for kf in keyframes]
         self.backend = backend
         self.coarse_width = coarse_width
-        self.top_k, self.refine_k, self.min_inliers = top_k, refine_k, min_inliers
+        self.top_k, self.refine_k, self.pnp_k, self.pnp_refine = top_k, refine_k, pnp_k, pnp_refine
+        self.min_coverage, self.min_agreement = min_coverage, min_agreement
         self.deltas = _perturbations(shift, angle_deg)
         iters = refine_iters if refine_iters is not None else max(tracking.recovery_iters, tracking.iters)
         self.track_cfg = dataclasses.replace(tracking, iters=iters, pyramid_levels=max(3, tracking.pyramid_levels),
@@ -145,25 +151,29 @@ class Relocaliser:
         factor = max(1, obs.width // self.coarse_width)
         coarse = obs.downsampled(factor)
         scores = [self._score(coarse, snap, T) for T in self.poses]
-        order = np.argsort(scores)[: self.top_k]
+        ranked = [int(i) for i in np.argsort(scores)]
+        # Render-and-compare candidates: the best keyframe poses and perturbations around them.
         cands: list[tuple[float, np.ndarray, int]] = []
-        color_u8 = (obs.color * 255).round().to(torch.uint8).cpu().numpy() if self.use_features else None
-        for i in order:
-            starts = [self.poses[i] @ d for d in self.deltas]
-            if self.use_features:
-                T_pnp = pnp_pose(color_u8, obs.K.cpu().numpy(), self.keyframes[i])
-                if T_pnp is not None:
-                    starts.append(T_pnp)
-            for k, T in enumerate(starts):
-                cands.append((scores[i] if k == 0 else self._score(coarse, snap, T), T, int(i)))
+        for i in ranked[: self.top_k]:
+            for k, d in enumerate(self.deltas):
+                T = self.poses[i] @ d
+                cands.append((scores[i] if k == 0 else self._score(coarse, snap, T), T, i))
         cands.sort(key=lambda c: c[0])
-        picked: list[tuple[float, np.ndarray, int]] = []
-        for c in cands:  # distinct starting points only
-            if all(np.linalg.norm(c[1][:3, 3] - p[1][:3, 3]) > 0.02 or
-                   np.linalg.norm(c[1][:3, :3] - p[1][:3, :3]) > 0.02 for p in picked):
-                picked.append(c)
-            if len(picked) == self.refine_k:
-                break
+        picked = _distinct(cands, self.refine_k)
+        # Feature candidates: ORB + PnP against the best-looking keyframes, refined on their own
+        # merit (geometric evidence), not on the coarse score (a true pose near the map's edge
+        # scores worse than a wrong pose looking at a well-mapped wall).
+        n_scored = len(cands) + len(self.poses)
+        if self.use_features:
+            color_u8 = (obs.color * 255).round().to(torch.uint8).cpu().numpy()
+            pnp = []
+            for i in ranked[: self.pnp_k]:
+                found = pnp_pose(color_u8, obs.K.cpu().numpy(), self.keyframes[i])
+                if found is not None:
+                    pnp.append((-float(found[1]), found[0], i))
+            pnp.sort(key=lambda c: c[0])
+            picked += _distinct(pnp, self.pnp_refine, picked)
+            n_scored += len(pnp)
         verify_obs = obs.downsampled(max(1, obs.width // 160))
         best: Optional[RelocResult] = None
         for _, T0, kf in picked:
@@ -171,11 +181,12 @@ class Relocaliser:
             tracker.initialise(T0)
             res = tracker.track(obs, snap)
             T = res.T_wc if np.all(np.isfinite(res.T_wc)) else T0
-            inl = self._inliers(verify_obs, snap, T)
-            if best is None or inl > best.inliers:
-                best = RelocResult(T, False, inl, res.loss, kf, len(cands) + len(self.poses), 0.0)
+            coverage, agreement = self._verify(verify_obs, snap, T)
+            r = RelocResult(T, coverage >= self.min_coverage and agreement >= self.min_agreement,
+                            coverage * agreement, res.loss, kf, n_scored, 0.0)
+            if best is None or (r.ok, r.inliers) > (best.ok, best.inliers):
+                best = r
         assert best is not None
-        best.ok = best.inliers >= self.min_inliers
         best.ms = (time.perf_counter() - t0) * 1e3
         return best
 
@@ -196,17 +207,32 @@ class Relocaliser:
         per = torch.where(out.alpha > 0.5, col + dep, torch.full_like(col, 2.0))
         return float(per[valid].mean())
 
-    def _inliers(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> float:
-        """Share of valid-depth pixels the map covers and explains (depth and colour agree)."""
+    def _verify(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> tuple[float, float]:
+        """(coverage, agreement): share of valid-depth pixels the map covers (alpha > 0.5), and
+        share of those where depth (max(3 cm, 3 %)) and colour (mean abs <= 0.15) agree."""
         out = self._render(obs, snap, T_wc)
         valid = obs.depth > 0
         n = int(valid.sum())
         if n == 0:
-            return 0.0
+            return 0.0, 0.0
+        covered = valid & (out.alpha > 0.5)
         d_ok = (out.depth - obs.depth).abs() <= torch.clamp(0.03 * obs.depth, min=0.03)
         c_ok = (out.color - obs.color).abs().mean(-1) <= 0.15
-        good = valid & (out.alpha > 0.5) & d_ok & c_ok
-        return float(good.sum()) / n
+        m = int(covered.sum())
+        return m / n, float((covered & d_ok & c_ok).sum()) / max(m, 1)
+
+
+def _distinct(cands: list, k: int, taken: Optional[list] = None) -> list:
+    """The first ``k`` candidates (score, T_wc, keyframe) at least 2 cm / ~1 deg from each other
+    and from ``taken``."""
+    out: list = []
+    for c in cands:
+        if len(out) == k:
+            break
+        if all(np.linalg.norm(c[1][:3, 3] - p[1][:3, 3]) > 0.02 or np.linalg.norm(c[1][:3, :3] - p[1][:3, :3]) > 0.02
+               for p in out + list(taken or [])):
+            out.append(c)
+    return out
 
 
 def summarise(results: list[RelocResult], mode: str) -> dict:
@@ -215,7 +241,7 @@ def summarise(results: list[RelocResult], mode: str) -> dict:
     found = next((i for i, r in enumerate(results) if r.ok), None)
     return {
         "mode": mode,
-        "method": "render-and-compare over saved keyframe poses (+ perturbations), tracker refinement, "
+        "method": "render-and-compare over saved keyframe poses (+ perturbations) and ORB+PnP, tracker refinement, "
                   "inlier verification",
         "found": found is not None,
         "attempts": len(results),

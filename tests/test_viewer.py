@@ -1,0 +1,130 @@
+"""The rerun viewer: never blocks SLAM, builds nothing when off, and writes a recording rerun reads back."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}
+
+
+def test_latest_queue_drops_the_oldest_and_never_blocks():
+    from slam.viewer import LatestQueue
+
+    q = LatestQueue(2)
+    t0 = time.perf_counter()
+    for i in range(100):
+        q.put(i)
+    assert time.perf_counter() - t0 < 0.05
+    assert q.dropped == 98
+    assert [q.get(0), q.get(0), q.get(0)] == [98, 99, None]
+    q.close()
+    assert q.get(5.0) is None          # closed and empty: returns at once
+
+
+class _SlowRecording:
+    """Stands in for a rerun RecordingStream whose sink is slow (a viewer over a bad link)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.logged: list[str] = []
+        self.lock = threading.Lock()
+
+    def set_time(self, *a, **k):
+        pass
+
+    def log(self, path, *a, **k):
+        time.sleep(self.delay)
+        with self.lock:
+            self.logged.append(path)
+
+    def flush(self, **k):
+        pass
+
+    def disconnect(self):
+        pass
+
+
+def test_hook_never_blocks_and_keeps_every_scalar_when_the_viewer_lags():
+    from slam.recorder import FrameRecord
+    from slam.viewer import RerunViewer
+
+    rec = _SlowRecording(delay=0.02)
+    viewer = RerunViewer(rec, torch.device("cpu"), queue=2)
+    frame = SimpleNamespace(color=np.zeros((12, 16, 3), np.uint8), depth=np.ones((12, 16), np.float32),
+                            K=np.array([[10.0, 0, 7.5], [0, 10.0, 5.5], [0, 0, 1]]))
+    worst = 0.0
+    for i in range(40):
+        T = np.eye(4)
+        T[0, 3] = 0.01 * i
+        r = FrameRecord(i, float(i), T, T.copy(), True, False, 0.1, 1.0, False)
+        t0 = time.perf_counter()
+        viewer.hook(frame, r, None)
+        worst = max(worst, time.perf_counter() - t0)
+    assert worst < 0.01, f"hook took {worst * 1e3:.1f} ms: it must not wait for the viewer"
+    viewer.close()
+    assert viewer.error is None
+    assert viewer.payloads.dropped > 0                       # stale images were dropped ...
+    assert rec.logged.count("metrics/tracking_loss") == 40  # ... but no scalar
+    assert rec.logged.count("world/camera/image/rgb") == 40 - viewer.payloads.dropped
+
+
+def test_viewer_off_imports_no_rerun_and_no_open3d(tmp_path):
+    code = (
+        "import sys; from slam.cli import main; "
+        f"rc = main(['--set', 'data.last=2', '--set', 'output.plots=false', '--out', r'{tmp_path / 'run'}', '--quiet']); "
+        "assert rc == 0, rc; "
+        "bad = [m for m in ('rerun', 'open3d') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    res = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def _frames_by_entity(rrd: Path) -> dict:
+    import rerun.chunk as rc
+
+    reader = rc.RrdReader(str(rrd))
+    assert len(reader.recordings()) == 1 and len(reader.blueprints()) == 1   # data + default blueprint
+    frames: dict = {}
+    for chunk in reader.store().stream():
+        if chunk.is_static or "frame" not in chunk.timeline_names:
+            continue
+        values = chunk.to_record_batch().column("frame").to_pylist()
+        frames.setdefault(chunk.entity_path, set()).update(values)
+    return frames
+
+
+def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
+    n = 10
+    rrd = tmp_path / "run.rrd"
+    res = subprocess.run([sys.executable, "-m", "slam.cli", "--set", f"data.last={n}", "--set", "viewer.map_every=4",
+                          "--rrd", str(rrd), "--out", str(tmp_path / "run"), "--quiet"],
+                         env=ENV, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert rrd.is_file() and rrd.stat().st_size > 10_000
+    rerun_cli = shutil.which("rerun", path=str(Path(sys.executable).parent)) or shutil.which("rerun")
+    if rerun_cli:
+        v = subprocess.run([rerun_cli, "rrd", "verify", str(rrd)], env=ENV, capture_output=True, text=True, timeout=120)
+        assert v.returncode == 0, v.stderr[-2000:]
+    frames = _frames_by_entity(rrd)
+    every = set(range(n))
+    for scalar in ("fps", "spheres", "tracking_loss", "peak_memory_mb"):
+        got = frames[f"/metrics/{scalar}"]
+        assert got == (every - {0} if scalar == "fps" else every), (scalar, got)   # no rate before frame 1
+    for image in ("/world/camera", "/world/camera/image", "/world/camera/image/rgb", "/world/camera/image/depth"):
+        assert frames[image] and frames[image] <= every          # images may be dropped, never invented
+    for rendered in ("/render/rgb", "/render/depth", "/world/map"):
+        assert frames[rendered] and frames[rendered] <= every - {0}   # the map exists from frame 1 on
+    assert max(frames["/world/trajectory/estimate"]) == n - 1
+    assert max(frames["/world/trajectory/ground_truth"]) == n - 1
