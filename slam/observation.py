@@ -12,8 +12,9 @@ from slam.render import scale_intrinsics
 
 @dataclass
 class Observation:
-    """colour: (H, W, 3) float32 in [0, 1]; depth: (H, W) float32 metres, 0 = invalid;
-    K: (3, 3) float32 for this resolution."""
+    """colour: (H, W, 3) float32 in [0, 1]; depth: (H, W) float32 metres, 0 = invalid (both on
+    the SLAM device); K: (3, 3) float32 for this resolution, always on the CPU (the rasterizer
+    reads it as four scalars: a device K would cost a host sync per render)."""
 
     color: torch.Tensor
     depth: torch.Tensor
@@ -32,7 +33,7 @@ class Observation:
         """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors."""
         c = torch.from_numpy(np.ascontiguousarray(color)).to(device, non_blocking=True).float() / 255.0
         d = torch.from_numpy(np.ascontiguousarray(depth, dtype=np.float32)).to(device, non_blocking=True)
-        k = torch.as_tensor(np.asarray(K), dtype=torch.float32, device=device)
+        k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
         return Observation(c, d, k)
 
     def downsampled(self, factor: int) -> "Observation":
