@@ -167,7 +167,7 @@ class SlamSystem:
 
     def _finish_map(self) -> None:
         """End of input: the final refinement over all keyframes (not on Ctrl-C or errors)."""
-        if self.cfg.mapping.final_iters > 0:
+        if self.cfg.mapping.final_iters > 0 and self.mode != "localize":  # localize: the saved map stays frozen
             t0 = time.perf_counter()
             loss = self.mapper.refine(self.cfg.mapping.final_iters)
             self.recorder.refine_s = time.perf_counter() - t0
