@@ -43,7 +43,7 @@ def _ground_truth(run: Path, t_range=None):
 
         stamps, poses = load_ground_truth(load_config(cfg_path).data)
         if t_range is not None:
-            keep = (stamps >= t_range[0] - 0.05) & (stamps <= t_range[1] + 0.05)
+            keep = (stamps >= t_range[0] - 0.02) & (stamps <= t_range[1] + 0.02)
             stamps, poses = stamps[keep], poses[keep]
         return np.asarray(poses)[:, :3, 3] if len(poses) else None
     except Exception as exc:  # noqa: BLE001 - ground truth is optional here

@@ -109,7 +109,7 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     n = 10
     rrd = tmp_path / "run.rrd"
     res = subprocess.run([sys.executable, "-m", "slam.cli", "--set", f"data.last={n}", "--set", "viewer.map_every=4",
-                          "--rrd", str(rrd), "--out", str(tmp_path / "run"), "--quiet"],
+                          "--set", "output.mesh=true", "--rrd", str(rrd), "--out", str(tmp_path / "run"), "--quiet"],
                          env=ENV, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert rrd.is_file() and rrd.stat().st_size > 10_000
@@ -128,3 +128,17 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
         assert frames[rendered] and frames[rendered] <= every - {0}   # the map exists from frame 1 on
     assert max(frames["/world/trajectory/estimate"]) == n - 1
     assert max(frames["/world/trajectory/ground_truth"]) == n - 1
+
+    # The same run folder, after the fact: scripts/view_run.py writes a recording of it.
+    run = tmp_path / "run"
+    assert all((run / f).is_file() for f in ("map.ply", "map.keyframes.npz", "mesh.ply", "trajectory.png"))
+    view = tmp_path / "view.rrd"
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "view_run.py"), str(run), "--rrd", str(view)],
+                         env=ENV, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"poses {n}" in res.stdout and f"ground_truth {n}" in res.stdout and "mesh_triangles" in res.stdout
+    import rerun.chunk as rc
+
+    paths = {c.entity_path for c in rc.RrdReader(str(view)).store().stream()}
+    assert {"/world/map", "/world/mesh", "/world/trajectory/estimate", "/world/trajectory/ground_truth",
+            "/world/camera", "/world/camera/image/rgb"} <= paths
