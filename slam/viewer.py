@@ -269,7 +269,8 @@ class RerunViewer:
 
     # ------------------------------------------------------------------ shutdown
     def close(self, timeout: float = 30.0) -> None:
-        """Log what is pending plus the final map, flush the sinks, stop the thread."""
+        """Log what is pending plus the final map, flush the sinks, stop the thread. Never raises:
+        a viewer that went away (closed window, no display) must not cost the run its outputs."""
         self.payloads.close()
         self._thread.join(timeout)
         try:
@@ -278,13 +279,18 @@ class RerunViewer:
                 self.rec.set_time(TIMELINE, sequence=self._last_index)      # (time is per thread)
                 self._log_map(self._last_snapshot)
             self.rec.flush(timeout_sec=timeout)
+        except Exception as exc:  # noqa: BLE001 - see docstring
+            self.error = self.error or exc
         finally:
-            self.rec.disconnect()
+            try:
+                self.rec.disconnect()
+            except Exception as exc:  # noqa: BLE001
+                self.error = self.error or exc
         if self.payloads.dropped:
             log.info("viewer dropped %d stale frame payloads (scalars and trajectory are complete)",
                      self.payloads.dropped)
         if self.error is not None:
-            log.warning("viewer had an error: %s: %s", type(self.error).__name__, self.error)
+            log.warning("viewer: %s: %s", type(self.error).__name__, self.error)
 
 
 def open_recording(rrd: Optional[str] = None, spawn: bool = False, connect: Optional[str] = None,
@@ -301,7 +307,16 @@ def open_recording(rrd: Optional[str] = None, spawn: bool = False, connect: Opti
     if connect:
         sinks.append(rr.GrpcSink(connect))
     elif spawn:
-        rr.spawn(connect=False, hide_welcome_screen=True)
+        import shutil
+        import sys
+        from pathlib import Path
+
+        local = Path(sys.executable).with_name("rerun")   # the venv's viewer, even when not on PATH
+        exe = str(local) if local.is_file() else shutil.which("rerun")
+        if exe is None:
+            raise RuntimeError("the rerun viewer executable was not found (pip install rerun-sdk); "
+                               "use --rrd to record to a file instead")
+        rr.spawn(connect=False, hide_welcome_screen=True, executable_path=exe)
         sinks.append(rr.GrpcSink())
     if not sinks:
         raise ValueError("the viewer needs a sink: an .rrd path, spawn=True or a connect URL")
