@@ -63,15 +63,17 @@ def test_hook_never_blocks_and_keeps_every_scalar_when_the_viewer_lags():
     viewer = RerunViewer(rec, torch.device("cpu"), queue=2)
     frame = SimpleNamespace(color=np.zeros((12, 16, 3), np.uint8), depth=np.ones((12, 16), np.float32),
                             K=np.array([[10.0, 0, 7.5], [0, 10.0, 5.5], [0, 0, 1]]))
-    worst = 0.0
+    times = []
     for i in range(40):
         T = np.eye(4)
         T[0, 3] = 0.01 * i
         r = FrameRecord(i, float(i), T, T.copy(), True, False, 0.1, 1.0, False)
         t0 = time.perf_counter()
         viewer.hook(frame, r, None)
-        worst = max(worst, time.perf_counter() - t0)
-    assert worst < 0.01, f"hook took {worst * 1e3:.1f} ms: it must not wait for the viewer"
+        times.append(time.perf_counter() - t0)
+    # The slow sink needs >= 40 x 6 logs x 20 ms = 4.8 s; the hook must not wait for any of it
+    # (bounds leave room for GIL hand-offs on a loaded 2-core machine).
+    assert sum(times) < 0.5 and float(np.median(times)) < 0.002, f"hook times (ms): {np.round(np.array(times) * 1e3, 2)}"
     viewer.close()
     assert viewer.error is None
     assert viewer.payloads.dropped > 0                       # stale images were dropped ...
