@@ -156,7 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if metrics.get("relocalisation"):  # --- issue 5 ---
         r = metrics["relocalisation"]
         print(f"relocalisation    {'found at frame ' + str(r['frames_to_relocalise']) if r['found'] else 'NOT found'}"
-              f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s)")
+              f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; {r['relocalisations_later']} later)")
     logging.getLogger("slam").removeHandler(handler)
     handler.close()
     return rc

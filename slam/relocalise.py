@@ -15,8 +15,9 @@
    pyramid, Levenberg-Marquardt, fresh motion history). A refined pose is accepted when the map
    covers at least ``min_coverage`` of the frame's valid-depth pixels and at least
    ``min_agreement`` of the covered ones agree (depth within max(3 cm, 3 % z), colour within
-   0.15); the best accepted pose wins. Otherwise the frame is reported as not relocalised and the
-   next frame tries again.
+   0.15 after a least-squares exposure gain/bias); the best accepted pose wins. Otherwise the
+   frame is reported as not relocalised and the next frame tries again. ``SlamSystem`` also
+   relocalises again after several consecutive tracking failures on a saved map.
 All rendering is under ``no_grad`` from an immutable ``MapSnapshot``: the map is never touched.
 """
 from __future__ import annotations
@@ -44,7 +45,8 @@ class RelocResult:
     """T_wc: (4, 4) float64 best pose; ok: verified; inliers: share of the frame's valid pixels
     the map covers and explains at that pose, in [0, 1];
     loss: the tracker's final residual (inf if not refined); keyframe: index of the saved keyframe
-    the winning candidate came from; candidates: poses scored; ms: wall time."""
+    the winning candidate came from; candidates: poses scored; ms: wall time; frame: index of the
+    frame it was run on (set by the caller)."""
 
     T_wc: np.ndarray
     ok: bool
@@ -53,6 +55,7 @@ class RelocResult:
     keyframe: int
     candidates: int
     ms: float
+    frame: int = -1
 
 
 def _perturbations(shift: float, angle_deg: float) -> list[np.ndarray]:
@@ -209,17 +212,26 @@ class Relocaliser:
 
     def _verify(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> tuple[float, float]:
         """(coverage, agreement): share of valid-depth pixels the map covers (alpha > 0.5), and
-        share of those where depth (max(3 cm, 3 %)) and colour (mean abs <= 0.15) agree."""
+        share of those where depth (max(3 cm, 3 %)) and colour (mean abs <= 0.15 after an affine
+        exposure fit) agree."""
         out = self._render(obs, snap, T_wc)
         valid = obs.depth > 0
         n = int(valid.sum())
         if n == 0:
             return 0.0, 0.0
         covered = valid & (out.alpha > 0.5)
-        d_ok = (out.depth - obs.depth).abs() <= torch.clamp(0.03 * obs.depth, min=0.03)
-        c_ok = (out.color - obs.color).abs().mean(-1) <= 0.15
         m = int(covered.sum())
-        return m / n, float((covered & d_ok & c_ok).sum()) / max(m, 1)
+        if m < 10:
+            return m / n, 0.0
+        d_ok = (out.depth - obs.depth).abs() <= torch.clamp(0.03 * obs.depth, min=0.03)
+        # Exposure: a least-squares gain and bias from rendered to observed colour over the covered
+        # pixels (auto-exposure differs between the mapping and the localising sequence).
+        x, y = out.color[covered].reshape(-1), obs.color[covered].reshape(-1)
+        vx = x.var(unbiased=False)
+        gain = (((x - x.mean()) * (y - y.mean())).mean() / vx).clamp(0.5, 2.0) if float(vx) > 1e-8 else torch.ones(())
+        bias = y.mean() - gain * x.mean()
+        c_ok = (out.color * gain + bias - obs.color).abs().mean(-1) <= 0.15
+        return m / n, float((covered & d_ok & c_ok).sum()) / m
 
 
 def _distinct(cands: list, k: int, taken: Optional[list] = None) -> list:
@@ -236,18 +248,21 @@ def _distinct(cands: list, k: int, taken: Optional[list] = None) -> list:
 
 
 def summarise(results: list[RelocResult], mode: str) -> dict:
-    """metrics.json entry: how (and how fast) the start pose was found. Attempts run on
-    consecutive frames from the first, so ``frames_to_relocalise`` counts the successful one."""
+    """metrics.json entry: how (and how fast) the start pose was found, and how often tracking
+    had to be relocalised again. ``frames_to_relocalise`` counts frames from the run's first frame
+    to the first verified pose, that one included."""
     found = next((i for i, r in enumerate(results) if r.ok), None)
+    first = results[0].frame if results else 0
     return {
         "mode": mode,
         "method": "render-and-compare over saved keyframe poses (+ perturbations) and ORB+PnP, tracker refinement, "
-                  "inlier verification",
+                  "coverage/agreement verification",
         "found": found is not None,
         "attempts": len(results),
-        "frames_to_relocalise": None if found is None else found + 1,
+        "frames_to_relocalise": None if found is None else results[found].frame - first + 1,
+        "ms_to_relocalise": None if found is None else float(sum(r.ms for r in results[: found + 1])),
         "ms_total": float(sum(r.ms for r in results)),
-        "ms_successful_attempt": None if found is None else float(results[found].ms),
         "inliers": None if found is None else float(results[found].inliers),
         "keyframe": None if found is None else int(results[found].keyframe),
+        "relocalisations_later": max(0, sum(1 for r in results if r.ok) - 1),
     }

@@ -86,6 +86,8 @@ class SlamSystem:
         self.relocaliser = None             # slam.relocalise.Relocaliser while the start pose is unknown
         self.relocalised = False
         self.reloc_results: list = []       # one RelocResult per relocalisation attempt
+        self.relocalise_after = 5           # consecutive tracking failures on a saved map -> relocalise again
+        self._lost = 0
 
     # ------------------------------------------------------------------ steps shared by both modes
     def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
@@ -98,11 +100,13 @@ class SlamSystem:
             ok, recovered, loss = True, False, 0.0
         elif self.relocaliser is not None and not self.relocalised:  # saved map, start pose unknown
             _wait_for(snap)
-            T_wc, ok, recovered, loss = self._relocalise(obs, snap)
+            T_wc, ok, recovered, loss = self._relocalise(obs, snap, frame.index)
         else:
             _wait_for(snap)
             res = self.tracker.track(obs, snap)
             T_wc, ok, recovered, loss = res.T_wc, res.ok, res.recovered, res.loss
+            if self.relocaliser is not None:
+                self._watch_tracking(ok)
         if self.mode == "slam":
             is_kf = self.selector.is_keyframe(T_wc, ok)
         else:  # localize: never map; continue: only verified poses make keyframes
@@ -141,8 +145,9 @@ class SlamSystem:
         self.mode = mode
         log.info("saved map %s: %d spheres, %d keyframes, mode %s", map_path, rows.shape[0], len(keyframes), mode)
 
-    def _relocalise(self, obs: Observation, snap: MapSnapshot) -> tuple[np.ndarray, bool, bool, float]:
+    def _relocalise(self, obs: Observation, snap: MapSnapshot, index: int) -> tuple[np.ndarray, bool, bool, float]:
         res = self.relocaliser.relocalise(obs, snap)
+        res.frame = index
         self.reloc_results.append(res)
         log.info("relocalisation attempt %d: %s (inliers %.2f, %.0f ms, from saved keyframe %d)",
                  len(self.reloc_results), "found" if res.ok else "not found", res.inliers, res.ms, res.keyframe)
@@ -150,6 +155,13 @@ class SlamSystem:
             self.tracker.initialise(res.T_wc)
             self.relocalised = True
         return res.T_wc, res.ok, False, res.loss
+
+    def _watch_tracking(self, ok: bool) -> None:
+        """After ``relocalise_after`` consecutive tracking failures on a saved map, relocalise again."""
+        self._lost = 0 if ok else self._lost + 1
+        if self._lost >= self.relocalise_after:
+            log.warning("tracking lost for %d frames: relocalising against the saved map", self._lost)
+            self.relocalised, self._lost = False, 0
 
     # --- end of saved-map modes ---
     # ------------------------------------------------------------------ run

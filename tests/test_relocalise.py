@@ -165,3 +165,28 @@ def test_continue_maps_on_top_of_the_saved_map(mapped, tmp_path):
     assert len(kfs) == len(saved) + m["keyframes"]
     assert {k.frame_index for k in kfs} >= {k.frame_index for k in saved}
     assert m["trajectory"]["ate_rmse_m"] <= 0.02
+
+
+def test_summary_counts_frames_to_relocalise_and_later_relocalisations():
+    from slam.relocalise import RelocResult, summarise
+
+    def r(frame, ok):
+        return RelocResult(np.eye(4), ok, 0.8 if ok else 0.1, 0.05, 0, 10, 100.0, frame)
+
+    s = summarise([r(40, False), r(41, False), r(42, True), r(90, True)], "localize")
+    assert s["found"] and s["frames_to_relocalise"] == 3 and s["attempts"] == 4
+    assert s["ms_to_relocalise"] == 300.0 and s["relocalisations_later"] == 1
+    assert summarise([r(0, False)], "continue")["frames_to_relocalise"] is None
+
+
+def test_tracking_lost_on_a_saved_map_triggers_relocalisation():
+    from slam.config import load_config
+    from slam.system import SlamSystem
+
+    system = SlamSystem(load_config(None, ["system.device=cpu"]))
+    system.relocaliser, system.relocalised = object(), True
+    for ok in (False, False, True, False, False, False, False):
+        system._watch_tracking(ok)
+    assert system.relocalised                                   # 4 failures in a row: keep tracking
+    system._watch_tracking(False)
+    assert not system.relocalised                               # 5th: relocalise on the next frame
