@@ -57,7 +57,8 @@ class TrackingConfig:
     damping: float = 1e-3           # initial Levenberg-Marquardt damping (relative to diag(H))
     depth_weight: float = 1.0       # lambda in L1 colour + lambda * L1 depth
     alpha_threshold: float = 0.95   # pixels with rendered alpha above this count as known
-    pyramid_levels: int = 2         # coarse-to-fine levels (1 = full resolution only)
+    pyramid_levels: int = 2         # coarse-to-fine levels (1 = the finest only)
+    downscale: int = 1              # the finest tracking level is the input / this factor
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
     residual_spike: float = 3.0     # final loss above spike * running median = failure
@@ -307,6 +308,7 @@ def validate(cfg: Config) -> None:
     positive = {
         "data.stride": cfg.data.stride, "data.downscale": cfg.data.downscale,
         "data.repeat": cfg.data.repeat, "tracking.pyramid_levels": cfg.tracking.pyramid_levels,
+        "tracking.downscale": cfg.tracking.downscale,
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,

@@ -108,7 +108,7 @@ class Tracker:
     def _pyramid(self, obs: Observation) -> list[tuple[Observation, torch.Tensor]]:
         levels = []
         for level in reversed(range(self.cfg.pyramid_levels)):
-            o = obs.downsampled(2**level)
+            o = obs.downsampled(self.cfg.downscale * 2**level)
             levels.append((o, depth_edge_mask(o.depth)))
         return levels
 
@@ -126,13 +126,22 @@ class Tracker:
                               T_cw, obs.K, obs.width, obs.height, backend=self.backend)
 
     def _stack(self, out, obs, mask, exposure):
-        """Residual vector over ``mask``: 3 colour values (after exposure) then 1 depth value
-        (times depth_weight) per pixel; also the rendered colour at the mask."""
+        """Dense residual image (H, W, 4): 3 colour values (after exposure) and 1 depth value
+        (times depth_weight), zero outside ``mask`` (fixed shapes: no boolean indexing, so no
+        host sync); also the rendered colour times the mask for the exposure Jacobian."""
+        m = mask.unsqueeze(-1).to(out.color.dtype)
         gain, bias = torch.exp(exposure[0]), exposure[1]
-        col = out.color[mask]
-        r_c = col * gain + bias - obs.color[mask]
-        r_d = (out.depth[mask] - obs.depth[mask]) * self.cfg.depth_weight
-        return torch.cat([r_c.reshape(-1), r_d]), col
+        col = out.color * m
+        r_c = (out.color * gain + bias - obs.color) * m
+        r_d = (out.depth - obs.depth).unsqueeze(-1) * m * self.cfg.depth_weight
+        return torch.cat([r_c, r_d], dim=-1), col
+
+    def _robust_weights(self, r: torch.Tensor) -> torch.Tensor:
+        """IRLS weights of the Huber loss per residual (H, W, 4): 1 inside the threshold
+        (0.1 colour, 0.05 m depth), k/|r| outside."""
+        k = r.new_tensor([0.1, 0.1, 0.1, 0.05 * self.cfg.depth_weight])
+        a = r.abs()
+        return torch.where(a <= k, torch.ones_like(a), k / a.clamp_min(1e-12))
 
     @torch.no_grad()
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
@@ -149,8 +158,9 @@ class Tracker:
         P[2, 3] = z_pivot
         P_inv = torch.eye(4, device=device)
         P_inv[2, 3] = -z_pivot
-        steps = torch.tensor([self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3, device=device)
+        steps = [self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3
         n_params = 8 if self.cfg.exposure else 6
+        eye6 = torch.eye(6, device=device)
 
         def moved(T, delta6):
             # Rotation about a pivot at the median scene depth on the optical axis: decouples
@@ -166,37 +176,36 @@ class Tracker:
             out = self._render(snapshot, obs, T_cw)
             for _ in range(n_iter):
                 mask = valid & (out.alpha > self.cfg.alpha_threshold)
-                m = int(mask.sum())
-                if m < 50:
-                    break
                 r, col = self._stack(out, obs, mask, exposure)
                 # Jacobian columns: 6 pose directions by forward differences, exposure analytic.
                 cols = []
                 for k in range(6):
-                    d = torch.zeros(6, device=device)
-                    d[k] = steps[k]
-                    out_k = self._render(snapshot, obs, moved(T_cw, d))
+                    out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
                     r_k, _ = self._stack(out_k, obs, mask, exposure)
-                    cols.append((r_k - r) / steps[k])
+                    cols.append(((r_k - r) / steps[k]).reshape(-1))
                 if self.cfg.exposure:
                     gain = torch.exp(exposure[0])
-                    zeros = torch.zeros(m, device=device)
-                    cols.append(torch.cat([(col * gain).reshape(-1), zeros]))
-                    cols.append(torch.cat([torch.ones(3 * m, device=device), zeros]))
+                    zero = torch.zeros_like(col[..., :1])
+                    cols.append(torch.cat([col * gain, zero], -1).reshape(-1))
+                    cols.append(torch.cat([mask.unsqueeze(-1).expand_as(col).float(), zero], -1).reshape(-1))
                 J = torch.stack(cols, dim=1)
-                w = self._huber_weights(r, m)
+                w = self._robust_weights(r).reshape(-1)
+                rv = r.reshape(-1)
                 H = J.T @ (J * w[:, None])
-                g = J.T @ (w * r)
-                cost = float((w * r * r).sum())
+                g = J.T @ (w * rv)
+                Hd, gd = H.double().cpu(), g.double().cpu()   # 8x8 solve on the host, in float64
+                cost = float((w * rv * rv).sum())
+                if cost == 0.0:
+                    break  # nothing known in view
                 # LM: try the step, accept if the robust cost drops, else damp harder.
                 for _attempt in range(4):
-                    A = H + damping * torch.diag(H.diagonal().clamp_min(1e-9))
-                    step = -torch.linalg.solve(A, g)
+                    A = Hd + damping * torch.diag(Hd.diagonal().clamp_min(1e-9))
+                    step = (-torch.linalg.solve(A, gd)).float().to(device)
                     T_new = moved(T_cw, step[:6])
                     exp_new = exposure + step[6:8] if n_params == 8 else exposure
                     out_new = self._render(snapshot, obs, T_new)
                     r_new, _ = self._stack(out_new, obs, mask, exp_new)
-                    cost_new = float((self._huber_weights(r_new, m) * r_new * r_new).sum())
+                    cost_new = float((self._robust_weights(r_new) * r_new * r_new).sum())
                     done += 1
                     if cost_new <= cost:
                         T_cw, exposure, out = T_new, exp_new, out_new
@@ -208,17 +217,10 @@ class Tracker:
                 if float(step[:6].abs().max()) < 1e-5:
                     break
             mask = valid & (out.alpha > self.cfg.alpha_threshold)
+            r, _ = self._stack(out, obs, mask, exposure)
             cnt = max(int(mask.sum()), 1)
-            l_color = float(((out.color * torch.exp(exposure[0]) + exposure[1] - obs.color).abs().sum(-1)[mask]).sum()) / cnt
-            l_depth = float((out.depth - obs.depth).abs()[mask].sum()) / cnt
-            loss_val = l_color + self.cfg.depth_weight * l_depth
-            known = float(mask.sum()) / max(float(n_valid), 1.0)
+            a = r.abs().sum(dim=(0, 1))
+            loss_val = float(a[:3].sum() + a[3]) / cnt   # L1 colour (3 channels) + lambda * L1 depth
+            known = cnt / max(float(n_valid), 1.0)
         T_wc = orthonormalize(invert(T_cw.double().cpu().numpy()))
         return TrackResult(T_wc, loss_val, known, True, False, done)
-
-    @staticmethod
-    def _huber_weights(r: torch.Tensor, m: int, k_color: float = 0.1, k_depth: float = 0.05) -> torch.Tensor:
-        """IRLS weights of the Huber loss: 1 inside the threshold, k/|r| outside."""
-        k = torch.cat([torch.full((3 * m,), k_color, device=r.device), torch.full((m,), k_depth, device=r.device)])
-        a = r.abs()
-        return torch.where(a <= k, torch.ones_like(a), k / a.clamp_min(1e-12))
