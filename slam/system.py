@@ -87,6 +87,8 @@ class SlamSystem:
         self.relocalised = False
         self.reloc_results: list = []       # one RelocResult per relocalisation attempt
         self.relocalise_after = 5           # consecutive tracking failures on a saved map -> relocalise again
+        self.lost_relocalise_after = 2      # SLAM mode: consecutive failures before relocalising
+        self._lost_slam = 0
         self._lost = 0
 
     # ------------------------------------------------------------------ steps shared by both modes
@@ -106,7 +108,11 @@ class SlamSystem:
             res = self.tracker.track(obs, snap)
             T_wc, ok, recovered, loss = res.T_wc, res.ok, res.recovered, res.loss
             if self.relocaliser is not None:
-                self._watch_tracking(ok)
+                ok = self._watch_tracking(ok and self.relocaliser.verify(obs, snap, T_wc))
+            elif not ok:
+                T_wc, ok, recovered, loss = self._recover_lost(obs, snap, frame.index, (T_wc, ok, recovered, loss))
+            else:
+                self._lost_slam = 0
         if self.mode == "slam":
             is_kf = self.selector.is_keyframe(T_wc, ok)
         else:  # localize: never map; continue: only verified poses make keyframes
@@ -156,14 +162,40 @@ class SlamSystem:
             self.relocalised = True
         return res.T_wc, res.ok, False, res.loss
 
-    def _watch_tracking(self, ok: bool) -> None:
-        """After ``relocalise_after`` consecutive tracking failures on a saved map, relocalise again."""
+    def _watch_tracking(self, ok: bool) -> bool:
+        """On a saved map, ``ok`` = the tracker passed and the map agrees with the frame at its
+        pose. After ``relocalise_after`` consecutive failures, relocalise again. Returns ``ok``."""
         self._lost = 0 if ok else self._lost + 1
         if self._lost >= self.relocalise_after:
             log.warning("tracking lost for %d frames: relocalising against the saved map", self._lost)
             self.relocalised, self._lost = False, 0
+        return ok
 
     # --- end of saved-map modes ---
+    def _recover_lost(self, obs: Observation, snap: MapSnapshot, index: int, failed: tuple) -> tuple:
+        """SLAM mode: after ``lost_relocalise_after`` consecutive failures (the tracker's own
+        recovery did not work: a jump, a long dropout), relocalise against the keyframes mapped
+        so far. Returns the relocalised (T_wc, ok, recovered, loss) or ``failed`` unchanged."""
+        self._lost_slam += 1
+        if self._lost_slam < self.lost_relocalise_after or len(self.store) == 0:
+            return failed
+        if float((obs.depth > 0).float().mean()) < self.cfg.tracking.min_known_fraction:
+            return failed  # a dropout (black / depth-less frame): nothing to relocalise with
+        from slam.relocalise import Relocaliser
+
+        keyframes = list(self.store.items)  # a copy: the mapper may add or drop keyframes meanwhile
+        res = Relocaliser(keyframes, self.cfg.tracking, self.cfg.raster.backend).relocalise(obs, snap)
+        res.frame = index
+        self.reloc_results.append(res)
+        log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",
+                    self._lost_slam, len(keyframes), "succeeded" if res.ok else "failed", res.ms)
+        if not res.ok:
+            return failed
+        self._lost_slam = 0
+        self.tracker.initialise(res.T_wc)
+        self.tracker.recoveries += 1
+        return res.T_wc, True, True, res.loss
+
     # ------------------------------------------------------------------ run
     def run(self, frames: Iterable[Frame], progress: Optional[Callable[[FrameRecord], None]] = None) -> RunRecorder:
         """Process every frame; returns the recorder. Re-raises the first stage error (after
