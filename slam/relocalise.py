@@ -193,6 +193,13 @@ class Relocaliser:
         best.ms = (time.perf_counter() - t0) * 1e3
         return best
 
+    @torch.no_grad()
+    def verify(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> bool:
+        """Does the map agree with ``obs`` at ``T_wc`` (the acceptance test of step 3, at <= 160 px)?
+        Used on tracked poses too: a tracker drifting off the saved map fails it."""
+        coverage, agreement = self._verify(obs.downsampled(max(1, obs.width // 160)), snap, T_wc)
+        return coverage >= self.min_coverage and agreement >= self.min_agreement
+
     # ------------------------------------------------------------------ scoring
     def _render(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray):
         T_cw = torch.as_tensor(invert(orthonormalize(T_wc)), dtype=torch.float32, device=snap.means.device)

@@ -115,7 +115,7 @@ def test_cli_rejects_bad_maps_with_exit_code_2(tmp_path):
 def mapped(tmp_path_factory) -> Path:
     """A map of the sample's first 20 frames, saved by run_slam with its side file."""
     out = tmp_path_factory.mktemp("mapped") / "run"
-    res = _cli("--set", "data.last=20", "--set", "output.plots=false", "--out", str(out))
+    res = _cli("--set", "data.last=20", "--set", "output.plots=false", "--set", "mapping.final_iters=50", "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     assert (out / "map.ply").is_file() and (out / "map.keyframes.npz").is_file()
     return out
@@ -155,7 +155,7 @@ def test_localize_later_frames_from_unknown_start(mapped, tmp_path):
 
 def test_continue_maps_on_top_of_the_saved_map(mapped, tmp_path):
     out = tmp_path / "cont"
-    res = _cli("--set", "data.first=20", "--set", "data.last=26", "--set", "output.plots=false",
+    res = _cli("--set", "data.first=20", "--set", "data.last=26", "--set", "output.plots=false", "--set", "mapping.final_iters=0",
                "--map", str(mapped / "map.ply"), "--mode", "continue", "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     m = json.loads((out / "metrics.json").read_text())
