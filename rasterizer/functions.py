@@ -1,10 +1,13 @@
-"""Thin autograd wrappers: one torch.autograd.Function for the tiled kernels (CPU and CUDA share
-the same extension interface) and the gsplat adapter."""
+"""Thin autograd wrappers: one torch.autograd.Function for the tiled kernels (CPU and CUDA; the
+CUDA kernels also normalise the depth) and the gsplat adapter."""
 from __future__ import annotations
+
+import weakref
 
 import torch
 
 from . import _ext
+from ._model import DEPTH_EPS
 
 
 def _camera(K: torch.Tensor):
@@ -19,41 +22,60 @@ def _camera(K: torch.Tensor):
 class TiledRaster(torch.autograd.Function):
     """Forward/backward through the compiled tiled kernels ('cpu' or 'cuda').
 
-    Outputs (color (H,W,3), accumulated depth (H,W), alpha (H,W)); the backward adds the
-    per-sphere statistics into ``stats`` when one is given.
+    Outputs (color (H,W,3), depth (H,W), alpha (H,W)). The CPU kernels return the accumulated
+    depth sum(w z) (normalised by :class:`NormalizeDepth` on top); the CUDA kernels normalise it
+    themselves (the same arithmetic, fused: no extra kernels or autograd node per render) and
+    take its gradient directly. The backward adds the per-sphere statistics into ``stats`` when
+    one is given.
     """
 
     @staticmethod
     def forward(ctx, kind, cam, width, height, stats, means, radii, colors, opacities, background):
         ext = _ext.get(kind)
         fx, fy, cx, cy = cam
+        ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
+        if kind == "cuda":
+            color, depth, alpha, last, ids, ranges = ext.forward(
+                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
+                DEPTH_EPS)
+            ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
+                                  ids, ranges)
+            return color, depth, alpha
         outs = ext.forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height)
         color, dacc, alpha, last, splats, ids, ranges = outs
-        ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
         ctx.save_for_backward(means, radii, colors, opacities, background, alpha, last, splats,
                               ids, ranges)
         return color, dacc, alpha
 
     @staticmethod
-    def backward(ctx, g_color, g_dacc, g_alpha):
-        (means, radii, colors, opacities, background, alpha, last, splats, ids,
-         ranges) = ctx.saved_tensors
+    def backward(ctx, g_color, g_depth, g_alpha):
         ext = _ext.get(ctx.kind)
         fx, fy, cx, cy = ctx.cam
         width, height = ctx.size
-        empty = means.new_empty(0)
         stats = ctx.stats
+        if ctx.kind == "cuda":
+            (means, radii, colors, opacities, background, alpha, depth, last, ids,
+             ranges) = ctx.saved_tensors
+        else:
+            (means, radii, colors, opacities, background, alpha, last, splats, ids,
+             ranges) = ctx.saved_tensors
+        empty = means.new_empty(0)
         if stats is not None:
             sw, se, sn = stats.weight_sum, stats.error_sum, stats.count
             err = stats.pixel_error
             err = empty if err is None else err.detach().to(means.device, torch.float32).contiguous()
         else:
             sw = se = sn = err = empty
-        if ctx.kind == "cpu":  # the CUDA kernel reads strided (e.g. expanded) gradients directly
-            g_color, g_dacc, g_alpha = g_color.contiguous(), g_dacc.contiguous(), g_alpha.contiguous()
-        g_means, g_radii, g_colors, g_opac = ext.backward(
-            means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, splats,
-            ids, ranges, alpha, last, g_color, g_dacc, g_alpha, err, sw, se, sn)
+        if ctx.kind == "cuda":  # the CUDA kernel reads strided (e.g. expanded) gradients directly
+            g_means, g_radii, g_colors, g_opac = ext.backward(
+                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
+                DEPTH_EPS, ids, ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se,
+                sn)
+        else:
+            g_color, g_depth, g_alpha = g_color.contiguous(), g_depth.contiguous(), g_alpha.contiguous()
+            g_means, g_radii, g_colors, g_opac = ext.backward(
+                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, splats,
+                ids, ranges, alpha, last, g_color, g_depth, g_alpha, err, sw, se, sn)
         return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
 
 
@@ -62,7 +84,17 @@ class NormalizeDepth(torch.autograd.Function):
 
     Equivalent to ``where(alpha > eps, dacc / alpha, 0)`` because dacc is exactly 0 wherever no
     sphere was blended (and alpha >= 1/255 wherever one was); written out to keep the backward to
-    three small kernels and two image-sized temporaries."""
+    three small kernels and two image-sized temporaries.
+
+    ``apply`` returns its input unchanged when it is a depth that :func:`tiled` got already
+    normalised (with the same eps and alpha) from the CUDA kernels."""
+
+    @classmethod
+    def apply(cls, dacc, alpha, eps):
+        done = getattr(dacc, _NORMALISED, None)
+        if done is not None and done[0] == eps and done[1]() is alpha:
+            return dacc
+        return super().apply(dacc, alpha, eps)
 
     @staticmethod
     def forward(ctx, dacc, alpha, eps):
@@ -81,11 +113,21 @@ class NormalizeDepth(torch.autograd.Function):
         return g_dacc, g_alpha, None
 
 
+# Attribute that marks a depth image as normalised already: (eps, weakref to its alpha).
+_NORMALISED = "_sphere_raster_normalised"
+
+
 def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats):
-    """(color, accumulated depth, alpha) from the compiled ``kind`` kernels, differentiable."""
-    return TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
-                             means.contiguous(), radii.contiguous(), colors.contiguous(),
-                             opacities.contiguous(), background.contiguous())
+    """(color, depth, alpha) from the compiled ``kind`` kernels, differentiable. The depth is the
+    accumulated depth for 'cpu' and the normalised one for 'cuda' (marked so that
+    ``NormalizeDepth.apply(depth, alpha, DEPTH_EPS)`` passes it through)."""
+    color, depth, alpha = TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
+                                            means.contiguous(), radii.contiguous(),
+                                            colors.contiguous(), opacities.contiguous(),
+                                            background.contiguous())
+    if kind == "cuda":
+        setattr(depth, _NORMALISED, (DEPTH_EPS, weakref.ref(alpha)))
+    return color, depth, alpha
 
 
 def gsplat_render(means, radii, colors, opacities, K, width, height, background):

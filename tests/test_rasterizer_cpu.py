@@ -87,3 +87,63 @@ def test_clear_error_without_compiler(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(RuntimeError, match="no C\\+\\+ compiler"):
         _build.load_jit("cpu")
+
+
+def test_fused_depth_normalisation_wiring(monkeypatch):
+    """The CUDA path (functions.TiledRaster with kind 'cuda') takes the normalised depth from the
+    kernels and its gradient straight to them; NormalizeDepth.apply passes such a depth through.
+    Checked on the CPU with a stand-in 'cuda' module that does the normalisation with the same
+    PyTorch ops as NormalizeDepth: outputs, gradients and statistics must be bitwise those of
+    the 'cpu' path (kernels + NormalizeDepth), also when only some outputs get a gradient."""
+    import types
+
+    from rasterizer import _ext
+    from rasterizer import functions as F
+    from rasterizer._model import DEPTH_EPS
+
+    cpu = _ext.get("cpu")
+    splats = {}
+
+    def forward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, eps):
+        color, dacc, alpha, last, sp, ids, ranges = cpu.forward(means, radii, colors, opac, bg,
+                                                                fx, fy, cx, cy, w, h)
+        splats["last"] = sp
+        return [color, dacc / alpha.clamp_min(eps), alpha, last, ids, ranges]
+
+    def backward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, eps, ids, ranges, alpha,
+                 depth, last, g_color, g_depth, g_alpha, err, sw, se, sn):
+        g_dacc = g_depth / alpha.clamp_min(eps)
+        g_alpha = g_alpha + torch.mul(g_dacc, depth).neg_()
+        return cpu.backward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, splats["last"],
+                            ids, ranges, alpha, last, g_color.contiguous(), g_dacc.contiguous(),
+                            g_alpha.contiguous(), err, sw, se, sn)
+
+    monkeypatch.setitem(_ext._modules, "cuda", types.SimpleNamespace(forward=forward,
+                                                                     backward=backward))
+
+    def run(scene, kind, use):
+        ps = [scene[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
+        stats = rasterizer.SphereStats(ps[0].shape[0])
+        color, d, alpha = F.tiled(kind, *ps, scene["K"], scene["width"], scene["height"],
+                                  torch.tensor([0.1, 0.2, 0.3]), stats)
+        depth = F.NormalizeDepth.apply(d, alpha, DEPTH_EPS)
+        assert (depth is d) == (kind == "cuda")
+        outs = (color, depth, alpha)
+        g = torch.Generator().manual_seed(1)
+        stats.pixel_error = torch.rand(alpha.shape, generator=g)
+        sum((outs[i] * torch.randn(outs[i].shape, generator=g)).sum() for i in use).backward()
+        return [o.detach() for o in outs] + [p.grad for p in ps] + [stats.weight_sum,
+                                                                    stats.error_sum, stats.count]
+
+    scenes = [random_scene(150, 48, 36, seed=4), ADV["huge_and_subpixel"], ADV["dense_opaque"]]
+    for s in scenes:
+        for use in ((0, 1, 2), (1,), (2,), (0, 1)):
+            for x, y in zip(run(s, "cpu", use), run(s, "cuda", use)):
+                assert torch.equal(x, y)
+    # another alpha or eps is not passed through
+    _, d, alpha = F.tiled("cuda", *(scenes[0][k] for k in ("means", "radii", "colors",
+                                                           "opacities")),
+                          scenes[0]["K"], 48, 36, torch.zeros(3), None)
+    assert F.NormalizeDepth.apply(d, alpha, DEPTH_EPS) is d
+    assert F.NormalizeDepth.apply(d, alpha.clone(), DEPTH_EPS) is not d
+    assert F.NormalizeDepth.apply(d, alpha, 2 * DEPTH_EPS) is not d

@@ -37,6 +37,34 @@ def test_many_tiles_uses_32bit_keys():
     compare(s, "cpu", "cuda", "cpu", "cuda")
 
 
+def test_all_spheres_culled():
+    # N > 0 but no (tile, sphere) pair: behind the camera, beyond the far plane, off-screen
+    s = random_scene(6, 24, 18, seed=5)
+    m = s["means"].clone()
+    m[0:2, 2] = -1.0
+    m[2:4, 2] = 150.0
+    m[4:6, 0] = 50.0 * m[4:6, 2]
+    s["means"] = m
+    oa, _, _ = compare(s, "reference", "cuda", "cpu", "cuda")
+    assert (oa[2] == 0).all()
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_single_output_gradients(which):
+    # the CUDA kernels normalise the depth themselves: gradients of one output at a time
+    # (depth alone exercises the normalisation's alpha path; the others get zero cotangents)
+    s = random_scene(300, 61, 45, seed=21)
+    grads = []
+    for backend, device in (("reference", "cpu"), ("cuda", "cuda")):
+        ps = [s[k].to(device).clone().requires_grad_() for k in
+              ("means", "radii", "colors", "opacities")]
+        out = rasterizer.rasterize_spheres(*ps, s["K"], 61, 45, backend=backend)
+        out[which].sum().backward()
+        grads.append([p.grad.cpu() if p.grad is not None else torch.zeros(p.shape) for p in ps])
+    for name, x, y in zip(("means", "radii", "colors", "opacities"), *grads):
+        assert_grads_close(y, x, name=f"output {which} grad {name}")
+
+
 def test_auto_backend_is_cuda_for_cuda_tensors():
     s = random_scene(50, 40, 30)
     args = [s[k].cuda() for k in ("means", "radii", "colors", "opacities")] + [s["K"], 40, 30]

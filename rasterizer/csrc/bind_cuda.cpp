@@ -1,4 +1,6 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu). Same interface as the CPU module.
+// Python bindings of the CUDA kernels (raster_cuda.cu). Like the CPU module's interface, except
+// that the forward can normalise the depth itself (depth_eps > 0) and then returns no splats, and
+// the backward takes that depth (and its gradient) instead of the splats.
 #include <torch/extension.h>
 
 #include <vector>
@@ -6,15 +8,16 @@
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
-                                     double cy, int64_t width, int64_t height);
+                                     double cy, int64_t width, int64_t height, double depth_eps);
 
 std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
-    double cy, int64_t width, int64_t height, const at::Tensor& splats, const at::Tensor& ids,
-    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& last,
-    const at::Tensor& g_color, const at::Tensor& g_dacc, const at::Tensor& g_alpha,
-    const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n);
+    double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids,
+    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& depth,
+    const at::Tensor& last, const at::Tensor& g_color, const at::Tensor& g_depth,
+    const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
+    at::Tensor stat_n);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CUDA kernels";

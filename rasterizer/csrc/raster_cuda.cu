@@ -1,17 +1,23 @@
 // CUDA backend of the sphere rasterizer.
 //
-// forward: project (one thread per sphere: centre, inverse variances, tile count, depth key)
+// forward: project (one thread per sphere: centre, inverse variances, tile count, depth key; a
+//   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
 //   -> radix sort of the spheres by depth (32-bit keys; stable, so ties keep index order)
-//   -> scan of the tile counts in depth order, one host read of the total
+//   -> scan of the tile counts in depth order
+//   -> (host waits for M only now: the copy was queued before the sort, so the GPU keeps working)
 //   -> emit (tile id, sphere) pairs in depth order
 //   -> stable radix sort of the pairs by tile id only (16-bit keys, ceil(log2(tiles)) bits), so
 //      each tile's list stays in (depth, index) order
 //   -> tile ranges -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
-//      batches of 256 spheres, early exit when every pixel of the tile is done).
-// backward: per-tile back-to-front replay from each pixel's last blended sphere, warp-level
-//   reduction of the per-sphere gradients (and pruner statistics) before one atomic per warp,
-//   then a per-sphere kernel that chains the screen-space gradients to the 3D centre and radius.
-// Uses nothing newer than CUDA 11.4 provides.
+//      batches of 256 spheres, early exit when every pixel of the tile is done); the expected
+//      depth is normalised in the kernel (depth = sum w z / max(alpha, eps)).
+// backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
+//   warp's furthest last sphere), the depth normalisation's backward per pixel at load, the chain
+//   rule to the 3D centre and radius per pixel through per-sphere constants (sr::chain_consts),
+//   warp-level reduction of the per-sphere gradients (and pruner statistics) before one atomic per
+//   value and warp.
+// Temporaries live in one workspace per phase (few allocator calls per render). Uses nothing newer
+// than CUDA 11.4 provides.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -25,27 +31,38 @@
 namespace {
 
 constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
+constexpr int kProjectBlock = 256;
 constexpr unsigned kFull = 0xffffffffu;
+// Resident tile blocks per SM the backward is compiled for (register budget 64K / (256 * 5) = 48
+// per thread); its per-pixel state would otherwise take it down to 4 blocks.
+constexpr int kBwdBlocksPerSM = 5;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
-__global__ void project_kernel(int n, const float* __restrict__ means,
-                               const float* __restrict__ radii, sr::Camera cam,
-                               float4* __restrict__ splats, uint32_t* __restrict__ depth_keys,
-                               int32_t* __restrict__ iota, int32_t* __restrict__ counts) {
+// One thread per sphere. The block sum of the tile counts goes into *pairs (zeroed before).
+__global__ void __launch_bounds__(kProjectBlock)
+    project_kernel(int n, const float* __restrict__ means, const float* __restrict__ radii,
+                   sr::Camera cam, float4* __restrict__ splats, uint32_t* __restrict__ depth_keys,
+                   int32_t* __restrict__ iota, int32_t* __restrict__ counts,
+                   unsigned long long* __restrict__ pairs) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
-  sr::Splat s{0.f, 0.f, 0.f, 0.f};
   int cnt = 0;
-  if (sr::project_sphere(x, y, z, radii[i], cam, s)) {
-    int tx0, tx1, ty0, ty1;
-    cnt = sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
+  if (i < n) {
+    const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
+    sr::Splat s{0.f, 0.f, 0.f, 0.f};
+    if (sr::project_sphere(x, y, z, radii[i], cam, s)) {
+      int tx0, tx1, ty0, ty1;
+      cnt = sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
+    }
+    splats[i] = make_float4(s.u, s.v, s.ia, s.ic);
+    depth_keys[i] = sr::depth_key(z, cnt > 0);
+    iota[i] = i;
+    counts[i] = cnt;
   }
-  splats[i] = make_float4(s.u, s.v, s.ia, s.ic);
-  depth_keys[i] = sr::depth_key(z, cnt > 0);
-  iota[i] = i;
-  counts[i] = cnt;
+  using BlockSum = cub::BlockReduce<int, kProjectBlock>;
+  __shared__ typename BlockSum::TempStorage tmp;
+  const int total = BlockSum(tmp).Sum(cnt);
+  if (threadIdx.x == 0 && total > 0) atomicAdd(pairs, (unsigned long long)total);
 }
 
 __global__ void gather_counts_kernel(int n, const int32_t* __restrict__ order,
@@ -91,13 +108,16 @@ __global__ void ranges_kernel(int m, int n_tiles, const KeyT* __restrict__ keys,
   }
 }
 
+// depth_eps > 0: out_depth is the normalised expected depth sum(w z) / max(alpha, depth_eps)
+// (exactly what `dacc / alpha.clamp_min(eps)` gives); otherwise the accumulated sum(w z).
 __global__ void __launch_bounds__(kBlock)
     raster_fwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
                       const int32_t* __restrict__ ids, const float4* __restrict__ splats,
                       const float* __restrict__ means, const float* __restrict__ colors,
                       const float* __restrict__ opac, const float* __restrict__ background,
-                      float* __restrict__ out_color, float* __restrict__ out_dacc,
-                      float* __restrict__ out_alpha, int32_t* __restrict__ out_last) {
+                      float depth_eps, float* __restrict__ out_color,
+                      float* __restrict__ out_depth, float* __restrict__ out_alpha,
+                      int32_t* __restrict__ out_last) {
   __shared__ float4 s_geo[kBlock];
   __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
   __shared__ float s_z[kBlock];
@@ -140,11 +160,12 @@ __global__ void __launch_bounds__(kBlock)
   }
   if (!inside) return;
   const int p = py * cam.width + px;
+  const float alpha = 1.f - T;  // the backward recovers T_final = 1 - alpha
   out_color[3 * p] = c0 + T * background[0];
   out_color[3 * p + 1] = c1 + T * background[1];
   out_color[3 * p + 2] = c2 + T * background[2];
-  out_dacc[p] = d;
-  out_alpha[p] = 1.f - T;  // the backward recovers T_final = 1 - alpha
+  out_depth[p] = depth_eps > 0.f ? d / fmaxf(alpha, depth_eps) : d;
+  out_alpha[p] = alpha;
   out_last[p] = last;
 }
 
@@ -181,29 +202,36 @@ __device__ __forceinline__ int warp_max(int v) {
 }
 
 // Output gradients may be strided (e.g. expanded from a sum): no contiguous copies needed.
+// `depth` is the gradient of the normalised depth when the forward normalised it (depth_img
+// given to the backward), else of the accumulated depth.
 struct GradImages {
   const float* color;
-  const float* dacc;
+  const float* depth;
   const float* alpha;
   int64_t c_sy, c_sx, c_sc, d_sy, d_sx, a_sy, a_sx;
 };
 
 template <bool STATS>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     raster_bwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
-                      const int32_t* __restrict__ ids, const float* __restrict__ means, const float* __restrict__ radii,
-                      const float* __restrict__ colors, const float* __restrict__ opac,
-                      const float* __restrict__ background, const float* __restrict__ alpha_img,
-                      const int32_t* __restrict__ last, GradImages gi,
+                      const int32_t* __restrict__ ids, const float* __restrict__ means,
+                      const float* __restrict__ radii, const float* __restrict__ colors,
+                      const float* __restrict__ opac, const float* __restrict__ background,
+                      const float* __restrict__ alpha_img, const float* __restrict__ depth_img,
+                      float depth_eps, const int32_t* __restrict__ last, GradImages gi,
                       const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
                       float* __restrict__ st_w, float* __restrict__ st_e,
                       float* __restrict__ st_n) {
   // g_buf layout: [grad means 3N | grad radii N | grad colors 3N | grad opacities N]
-  __shared__ float4 s_geo[kBlock];
-  __shared__ float4 s_col[kBlock];   // c0 c1 c2 opacity
-  __shared__ float4 s_xyzr[kBlock];  // camera-frame centre and radius
+  __shared__ float4 s_geo[kBlock];  // u v ia ic
+  __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
+  __shared__ float4 s_k0[kBlock];   // chain constants kx ky zx zy
+  __shared__ float4 s_k1[kBlock];   // chain constants ha hc zs rs
+  __shared__ float s_z[kBlock];
   __shared__ int32_t s_id[kBlock];
   __shared__ int s_warp_last[kBlock / 32];
+  constexpr int NV = STATS ? 16 : 8;  // 11 values with statistics, padded to 16
+  constexpr int kGroup = 32 / NV;
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -215,23 +243,58 @@ __global__ void __launch_bounds__(kBlock)
   const int p = py * cam.width + px;
   const float fpx = (float)px, fpy = (float)py;
 
+  // After the warp reduction, lane group q holds value q: its first lane adds it at
+  // dst_base[dst_stride * sphere] (values: grad x y z, radius, colour 0 1 2, opacity, then the
+  // statistics w, w * e, count).
+  float* dst_base = nullptr;
+  int dst_stride = 1;
+  if (lane % kGroup == 0) {
+    const int q = lane / kGroup;
+    if (q < 3) {
+      dst_base = g_buf + q;
+      dst_stride = 3;
+    } else if (q == 3) {
+      dst_base = g_buf + 3 * (size_t)n;
+    } else if (q < 7) {
+      dst_base = g_buf + 4 * (size_t)n + (q - 4);
+      dst_stride = 3;
+    } else if (q == 7) {
+      dst_base = g_buf + 7 * (size_t)n;
+    } else if (q == 8) {
+      dst_base = st_w;
+    } else if (q == 9) {
+      dst_base = st_e;
+    } else if (q == 10) {
+      dst_base = st_n;
+    }
+  }
+
   int32_t my_last = range.x;
   float T = 1.f, R = 0.f, gc0 = 0.f, gc1 = 0.f, gc2 = 0.f, gd = 0.f, e = 0.f;
   if (inside) {
     my_last = last[p];
-    T = 1.f - alpha_img[p];
+    const float A = alpha_img[p];
+    T = 1.f - A;
     const float* gcp = gi.color + py * gi.c_sy + px * gi.c_sx;
     gc0 = gcp[0];
     gc1 = gcp[gi.c_sc];
     gc2 = gcp[2 * gi.c_sc];
-    gd = gi.dacc[py * gi.d_sy + px * gi.d_sx];
-    const float ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
+    gd = gi.depth[py * gi.d_sy + px * gi.d_sx];
+    float ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
+    if (depth_img != nullptr) {
+      // backward of depth = dacc / max(alpha, eps), as the separate PyTorch ops computed it:
+      // g_dacc = g / max(alpha, eps), g_alpha += -(g_dacc * depth) (0 where alpha <= eps, as
+      // depth is 0 there)
+      gd = gd / fmaxf(A, depth_eps);
+      ga = ga - __fmul_rn(gd, depth_img[p]);
+    }
     R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - ga);
     if (STATS && pixel_err != nullptr) e = pixel_err[p];
   }
-  // Nothing past the block's furthest last contributor needs replaying.
-  const int wl = warp_max(my_last);
-  if (lane == 0) s_warp_last[tid >> 5] = wl;
+  // Nothing past the block's furthest last contributor needs replaying, and nothing past the
+  // warp's furthest last contributor needs evaluating in that warp.
+  const int warp_last = warp_max(my_last);
+  if (lane == 0) s_warp_last[tid >> 5] = warp_last;
   __syncthreads();
   int block_last = s_warp_last[0];
 #pragma unroll
@@ -244,41 +307,42 @@ __global__ void __launch_bounds__(kBlock)
       const int k = b_end - 1 - tid;
       const int32_t i = ids[k];
       s_id[tid] = i;
-      const float4 m = make_float4(means[3 * i], means[3 * i + 1], means[3 * i + 2], radii[i]);
+      const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
       // recompute the splat (same inline function and inputs as the forward: identical bits)
       // instead of keeping an (N, 4) buffer alive between forward and backward
       sr::Splat sp;
-      sr::project_sphere(m.x, m.y, m.z, m.w, cam, sp);
+      sr::project_sphere(x, y, z, r, cam, sp);
       s_geo[tid] = make_float4(sp.u, sp.v, sp.ia, sp.ic);
       s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
-      s_xyzr[tid] = m;
+      s_z[tid] = z;
+      const sr::ChainConsts kc = sr::chain_consts(x, y, z, r, sp, cam);
+      s_k0[tid] = make_float4(kc.kx, kc.ky, kc.zx, kc.zy);
+      s_k1[tid] = make_float4(kc.ha, kc.hc, kc.zs, kc.rs);
     }
     __syncthreads();
-    for (int j = 0; j < cnt; ++j) {
+    // batch entry j is list position b_end - 1 - j: skip the entries past the warp's last
+    for (int j = max(0, b_end - warp_last); j < cnt; ++j) {
       const int k = b_end - 1 - j;
       const float4 g = s_geo[j];
       const float4 c = s_col[j];
-      const sr::Splat s{g.x, g.y, g.z, g.w};
       float a = 0.f, G = 0.f, du = 0.f, dv = 0.f;
-      const bool valid = k < my_last && sr::eval_alpha(fpx, fpy, s, c.w, a, G, du, dv);
+      const bool valid =
+          k < my_last && sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv);
       if (!__any_sync(kFull, valid)) continue;
-      constexpr int NV = STATS ? 16 : 8;  // 11 values with statistics, padded to 16
       float v[NV];
 #pragma unroll
       for (int q = 0; q < NV; ++q) v[q] = 0.f;
       if (valid) {
-        const float4 m = s_xyzr[j];
-        const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * m.z;
+        const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * s_z[j];
         float w;
         const float dLda = sr::unblend_step(a, gf, T, R, w);
-        const sr::SplatGrad sg = sr::alpha_backward(dLda, c.w, G, du, dv, s, cam);
-        // the projection's chain rule is linear per sphere: apply it per pixel, sum later
-        sr::project_backward(m.x, m.y, m.z, m.w, cam, sg.gu, sg.gv, sg.gs2, w * gd, v[0], v[1],
-                             v[2], v[3]);
+        const float4 k0 = s_k0[j];
+        const float4 k1 = s_k1[j];
+        const sr::ChainConsts kc{k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+        sr::pixel_gradients(dLda, a, c.w, G, du, dv, w * gd, kc, v[0], v[1], v[2], v[3], v[7]);
         v[4] = w * gc0;
         v[5] = w * gc1;
         v[6] = w * gc2;
-        v[7] = sg.go;
         if (STATS) {
           v[8 % NV] = w;
           v[9 % NV] = w * e;
@@ -286,29 +350,7 @@ __global__ void __launch_bounds__(kBlock)
         }
       }
       WarpReduceScatter<NV, 16>::run(v, lane);
-      constexpr int kGroup = 32 / NV;
-      const int q = lane / kGroup;  // which value this lane's group holds
-      if (lane % kGroup == 0) {
-        const int32_t i = s_id[j];
-        float* dst;
-        if (q < 3)
-          dst = g_buf + 3 * i + q;
-        else if (q == 3)
-          dst = g_buf + 3 * n + i;
-        else if (q < 7)
-          dst = g_buf + 4 * n + 3 * i + (q - 4);
-        else if (q == 7)
-          dst = g_buf + 7 * n + i;
-        else if (q == 8)
-          dst = st_w + i;
-        else if (q == 9)
-          dst = st_e + i;
-        else if (q == 10)
-          dst = st_n + i;
-        else
-          dst = nullptr;
-        if (dst != nullptr) atomicAdd(dst, v[0]);
-      }
+      if (dst_base != nullptr) atomicAdd(dst_base + dst_stride * s_id[j], v[0]);
     }
   }
 }
@@ -338,84 +380,88 @@ at::Tensor byte_buffer(size_t bytes, const at::TensorOptions& opt) {
   return at::empty({(int64_t)std::max<size_t>(bytes, 1)}, opt.dtype(at::kByte));
 }
 
+// Offsets of the pieces of one workspace allocation (256-byte aligned, as cub wants).
+struct Carve {
+  size_t size = 0;
+  size_t take(size_t bytes) {
+    const size_t at = size;
+    size = (size + bytes + 255) & ~size_t(255);
+    return at;
+  }
+};
+
+// Pinned host word and event per (thread, device) for the pair count: the device-to-host copy is
+// queued right after the projection and waited for only once the depth sort is queued too.
+struct CountSlot {
+  unsigned long long* host = nullptr;
+  cudaEvent_t event = nullptr;
+  ~CountSlot() {  // at thread exit; errors (e.g. the runtime already shut down) are ignored
+    if (event != nullptr) cudaEventDestroy(event);
+    if (host != nullptr) cudaFreeHost(host);
+    cudaGetLastError();
+  }
+};
+
+constexpr int kMaxDevices = 64;
+
+CountSlot& count_slot(int device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "sphere rasterizer: device index out of range");
+  thread_local CountSlot slots[kMaxDevices];
+  CountSlot& s = slots[device];
+  if (s.host == nullptr) {  // the device guard of the caller makes `device` current
+    C10_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host), sizeof(unsigned long long)));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming));
+  }
+  return s;
+}
+
 // Sorts the (tile, sphere) pairs by tile (stable) and fills the tile ranges. Returns sorted ids.
+// `ws` (order, offsets) is released as soon as the pairs are emitted (peak memory).
 template <typename KeyT>
-at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::Tensor order,
-                     at::Tensor offsets, const at::Tensor& splats, at::Tensor& ranges,
-                     cudaStream_t stream) {
-  auto opt = splats.options();
-  const auto key_dtype = sizeof(KeyT) == 2 ? at::kShort : at::kInt;
-  at::Tensor keys = at::empty({2, m}, opt.dtype(key_dtype));  // double buffer
-  at::Tensor vals = at::empty({m}, opt.dtype(at::kInt));
-  at::Tensor vals_alt = at::empty({m}, opt.dtype(at::kInt));
-  KeyT* kp = reinterpret_cast<KeyT*>(keys.data_ptr());
-  emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(
-      n, cam, order.data_ptr<int32_t>(), offsets.data_ptr<int32_t>(),
-      reinterpret_cast<const float4*>(splats.data_ptr<float>()), kp, vals.data_ptr<int32_t>());
-  SR_CHECK_CUDA();
-  order.reset();  // no longer needed: free before the sort (peak memory)
-  offsets.reset();
+at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::Tensor ws,
+                     const int32_t* order, const int32_t* offsets, const float4* splats,
+                     int2* ranges, cudaStream_t stream) {
+  const auto opt = ws.options();
+  const auto iopt = opt.dtype(at::kInt);
   int bits = 1;
   while ((1 << bits) < n_tiles) ++bits;
+  size_t temp_bytes = 0;
+  {
+    cub::DoubleBuffer<KeyT> dk(nullptr, nullptr);
+    cub::DoubleBuffer<int32_t> dv(nullptr, nullptr);
+    cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, (int)m, 0, bits, stream);
+  }
+  Carve cv;
+  const size_t o_keys = cv.take(2 * (size_t)m * sizeof(KeyT)), o_temp = cv.take(temp_bytes);
+  at::Tensor kws = byte_buffer(cv.size, opt);  // key double buffer + the sort's scratch
+  char* kb = reinterpret_cast<char*>(kws.data_ptr());
+  KeyT* kp = reinterpret_cast<KeyT*>(kb + o_keys);
+  at::Tensor vals = at::empty({m}, iopt);
+  emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(n, cam, order, offsets, splats, kp,
+                                                             vals.data_ptr<int32_t>());
+  SR_CHECK_CUDA();
+  ws.reset();  // queued work still reads it: the allocator reuses it in stream order only
+  at::Tensor vals_alt = at::empty({m}, iopt);
   cub::DoubleBuffer<KeyT> dk(kp, kp + m);
   cub::DoubleBuffer<int32_t> dv(vals.data_ptr<int32_t>(), vals_alt.data_ptr<int32_t>());
-  size_t temp_bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, (int)m, 0, bits, stream);
-  at::Tensor temp = byte_buffer(temp_bytes, opt);
-  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, dk, dv, (int)m, 0, bits, stream);
+  cub::DeviceRadixSort::SortPairs(kb + o_temp, temp_bytes, dk, dv, (int)m, 0, bits, stream);
   SR_CHECK_CUDA();
-  ranges_kernel<KeyT><<<blocks_for(m + 1, 256), 256, 0, stream>>>(
-      (int)m, n_tiles, dk.Current(), reinterpret_cast<int2*>(ranges.data_ptr<int32_t>()));
+  ranges_kernel<KeyT><<<blocks_for(m + 1, 256), 256, 0, stream>>>((int)m, n_tiles, dk.Current(),
+                                                                   ranges);
   SR_CHECK_CUDA();
   return dv.Current() == vals.data_ptr<int32_t>() ? vals : vals_alt;
 }
 
-// Depth order of the spheres and the inclusive scan of their tile counts in that order.
-// Returns the pair count M (the one host sync of the forward).
-int64_t depth_sort_and_scan(int n, const sr::Camera& cam, const at::Tensor& means,
-                            const at::Tensor& radii, at::Tensor& splats, at::Tensor& order,
-                            at::Tensor& offsets, cudaStream_t stream) {
-  auto iopt = means.options().dtype(at::kInt);
-  at::Tensor keys = at::empty({2, n}, iopt);  // double buffers
-  at::Tensor idx = at::empty({2, n}, iopt);
-  at::Tensor counts = at::empty({n}, iopt);
-  int32_t* kp = keys.data_ptr<int32_t>();
-  int32_t* ip = idx.data_ptr<int32_t>();
-  project_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
-      n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
-      reinterpret_cast<float4*>(splats.data_ptr<float>()), reinterpret_cast<uint32_t*>(kp), ip,
-      counts.data_ptr<int32_t>());
-  SR_CHECK_CUDA();
-  cub::DoubleBuffer<uint32_t> dk(reinterpret_cast<uint32_t*>(kp), reinterpret_cast<uint32_t*>(kp + n));
-  cub::DoubleBuffer<int32_t> dv(ip, ip + n);
-  size_t sort_bytes = 0, scan_bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, n, 0, 31, stream);
-  cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts.data_ptr<int32_t>(),
-                                offsets.data_ptr<int32_t>(), n, stream);
-  at::Tensor temp = byte_buffer(std::max(sort_bytes, scan_bytes), means.options());
-  cub::DeviceRadixSort::SortPairs(temp.data_ptr(), sort_bytes, dk, dv, n, 0, 31, stream);
-  SR_CHECK_CUDA();
-  order = idx.select(0, dv.selector);
-  // tile counts in depth order (into the free key buffer) -> inclusive offsets
-  int32_t* sorted_counts = reinterpret_cast<int32_t*>(dk.Alternate());  // free now
-  gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
-      n, dv.Current(), counts.data_ptr<int32_t>(), sorted_counts);
-  SR_CHECK_CUDA();
-  cub::DeviceScan::InclusiveSum(temp.data_ptr(), scan_bytes, sorted_counts,
-                                offsets.data_ptr<int32_t>(), n, stream);
-  SR_CHECK_CUDA();
-  return offsets[n - 1].item<int32_t>();
-}
-
 }  // namespace
 
-// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), last (H,W) int32, splats (empty
-//          here: the backward recomputes them), ids (M,) int32, ranges (tiles,2) int32].
-// One host sync (the pair count).
+// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+//          ranges (tiles,2) int32]. depth is normalised (sum w z / max(alpha, depth_eps)) when
+// depth_eps > 0, else the accumulated sum w z. One host wait (the pair count), placed so that
+// the GPU does not run dry while the host waits.
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
-                                     double cy, int64_t width, int64_t height) {
+                                     double cy, int64_t width, int64_t height, double depth_eps) {
   for (auto& pr : {std::make_pair(&means, "means"), std::make_pair(&radii, "radii"),
                    std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
                    std::make_pair(&background, "background")})
@@ -428,58 +474,115 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
   auto opt = means.options();
   auto iopt = opt.dtype(at::kInt);
 
-  at::Tensor splats = at::empty({n, 4}, opt);
   at::Tensor ranges = at::empty({n_tiles, 2}, iopt);
-  at::Tensor ids = at::empty({0}, iopt);
+  int2* ranges_p = reinterpret_cast<int2*>(ranges.data_ptr<int32_t>());
+  at::Tensor ids;
+  // (N, 4) screen-space splats, read by the emit and the blending kernels
+  at::Tensor splats_t = at::empty({n, 4}, opt);
+  const float4* splats = reinterpret_cast<const float4*>(splats_t.data_ptr<float>());
   int64_t m = 0;
   if (n > 0) {
-    at::Tensor order;
-    at::Tensor offsets = at::empty({n}, iopt);
-    m = depth_sort_and_scan(n, cam, means, radii, splats, order, offsets, stream);
+    // workspace: pair count | depth keys x2 | sphere indices x2 | counts | offsets | scratch
+    size_t sort_bytes = 0, scan_bytes = 0;
+    {
+      cub::DoubleBuffer<uint32_t> dk(nullptr, nullptr);
+      cub::DoubleBuffer<int32_t> dv(nullptr, nullptr);
+      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, n, 0, 31, stream);
+      cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<int32_t*>(nullptr),
+                                    static_cast<int32_t*>(nullptr), n, stream);
+    }
+    const size_t nn = (size_t)n;
+    Carve cv;
+    const size_t o_pairs = cv.take(sizeof(unsigned long long)), o_keys = cv.take(8 * nn),
+                 o_idx = cv.take(8 * nn), o_counts = cv.take(4 * nn), o_offsets = cv.take(4 * nn),
+                 o_temp = cv.take(std::max(sort_bytes, scan_bytes));
+    at::Tensor ws = byte_buffer(cv.size, opt);
+    char* base = reinterpret_cast<char*>(ws.data_ptr());
+    auto* pairs = reinterpret_cast<unsigned long long*>(base + o_pairs);
+    auto* kp = reinterpret_cast<uint32_t*>(base + o_keys);
+    auto* ip = reinterpret_cast<int32_t*>(base + o_idx);
+    auto* counts = reinterpret_cast<int32_t*>(base + o_counts);
+    auto* offsets = reinterpret_cast<int32_t*>(base + o_offsets);
+    void* temp = base + o_temp;
+
+    C10_CUDA_CHECK(cudaMemsetAsync(pairs, 0, sizeof(unsigned long long), stream));
+    project_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
+        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
+        reinterpret_cast<float4*>(splats_t.data_ptr<float>()), kp, ip, counts, pairs);
+    SR_CHECK_CUDA();
+    CountSlot& slot = count_slot(means.get_device());
+    C10_CUDA_CHECK(cudaMemcpyAsync(slot.host, pairs, sizeof(unsigned long long),
+                                   cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaEventRecord(slot.event, stream));
+
+    cub::DoubleBuffer<uint32_t> dk(kp, kp + n);
+    cub::DoubleBuffer<int32_t> dv(ip, ip + n);
+    cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, n, 0, 31, stream);
+    SR_CHECK_CUDA();
+    const int32_t* order = dv.Current();
+    // tile counts in depth order (into the free key buffer) -> inclusive offsets
+    int32_t* sorted_counts = reinterpret_cast<int32_t*>(dk.Alternate());
+    gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(n, order, counts, sorted_counts);
+    SR_CHECK_CUDA();
+    cub::DeviceScan::InclusiveSum(temp, scan_bytes, sorted_counts, offsets, n, stream);
+    SR_CHECK_CUDA();
+
+    C10_CUDA_CHECK(cudaEventSynchronize(slot.event));
+    const unsigned long long total = *slot.host;
+    TORCH_CHECK(total < (1ull << 31), "sphere rasterizer: ", total,
+                " (tile, sphere) pairs: more than the 2^31 - 1 supported");
+    m = (int64_t)total;
     if (m > 0) {
-      ids = n_tiles <= 65536 ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(order),
-                                                   std::move(offsets), splats, ranges, stream)
-                             : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(order),
-                                                   std::move(offsets), splats, ranges, stream);
+      ids = n_tiles <= 65536
+                ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
+                                      ranges_p, stream)
+                : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
+                                      ranges_p, stream);
     }
   }
-  if (m == 0) ranges.zero_();
+  if (m == 0) {
+    ids = at::empty({0}, iopt);
+    ranges.zero_();
+  }
 
   at::Tensor color = at::empty({height, width, 3}, opt);
-  at::Tensor dacc = at::empty({height, width}, opt);
+  at::Tensor depth = at::empty({height, width}, opt);
   at::Tensor alpha = at::empty({height, width}, opt);
   at::Tensor last = at::empty({height, width}, iopt);
   raster_fwd_kernel<<<n_tiles, kBlock, 0, stream>>>(
-      cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
-      reinterpret_cast<const float4*>(splats.data_ptr<float>()), means.data_ptr<float>(),
+      cam, ranges_p, ids.data_ptr<int32_t>(), splats, means.data_ptr<float>(),
       colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
-      color.data_ptr<float>(), dacc.data_ptr<float>(), alpha.data_ptr<float>(),
+      (float)depth_eps, color.data_ptr<float>(), depth.data_ptr<float>(), alpha.data_ptr<float>(),
       last.data_ptr<int32_t>());
   SR_CHECK_CUDA();
-  // the backward recomputes the splats: return an empty placeholder (same interface as the CPU)
-  return {color, dacc, alpha, last, at::empty({0}, opt), ids, ranges};
+  return {color, depth, alpha, last, ids, ranges};
 }
 
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] (four
 // contiguous pieces of one zero-filled buffer) and adds the statistics into stat_w / stat_e /
-// stat_n when they are non-empty. The output gradients may be strided.
+// stat_n when they are non-empty. The output gradients may be strided. With a non-empty `depth`
+// (the forward's normalised depth, depth_eps > 0), g_depth is the gradient of the normalised
+// depth; otherwise of the accumulated depth.
 std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
-    double cy, int64_t width, int64_t height, const at::Tensor& splats, const at::Tensor& ids,
-    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& last,
-    const at::Tensor& g_color, const at::Tensor& g_dacc, const at::Tensor& g_alpha,
-    const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
-  for (auto* t : {&g_color, &g_dacc, &g_alpha}) {
+    double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids,
+    const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& depth,
+    const at::Tensor& last, const at::Tensor& g_color, const at::Tensor& g_depth,
+    const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
+    at::Tensor stat_n) {
+  for (auto* t : {&g_color, &g_depth, &g_alpha}) {
     TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat, "output gradients must be float32 CUDA");
   }
-  TORCH_CHECK(g_color.dim() == 3 && g_dacc.dim() == 2 && g_alpha.dim() == 2, "bad gradient shapes");
+  TORCH_CHECK(g_color.dim() == 3 && g_depth.dim() == 2 && g_alpha.dim() == 2, "bad gradient shapes");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
-  at::Tensor buf = at::zeros({8 * (int64_t)n}, means.options());
+  at::Tensor buf = at::empty({8 * (int64_t)n}, means.options());
+  if (n > 0)
+    C10_CUDA_CHECK(cudaMemsetAsync(buf.data_ptr<float>(), 0, 8 * (size_t)n * sizeof(float), stream));
   at::Tensor g_means = buf.narrow(0, 0, 3 * n).view({n, 3});
   at::Tensor g_radii = buf.narrow(0, 3 * n, n);
   at::Tensor g_colors = buf.narrow(0, 4 * n, 3 * n).view({n, 3});
@@ -493,15 +596,18 @@ std::vector<at::Tensor> backward_cuda(
   }
   const bool with_err = stats && pixel_err.numel() == width * height;
   if (with_err) check_input(pixel_err, "stats.pixel_error");
-  GradImages gi{g_color.data_ptr<float>(), g_dacc.data_ptr<float>(), g_alpha.data_ptr<float>(),
-                g_color.stride(0), g_color.stride(1), g_color.stride(2), g_dacc.stride(0),
-                g_dacc.stride(1), g_alpha.stride(0), g_alpha.stride(1)};
+  const bool normalised = depth.numel() == width * height && depth_eps > 0.0;
+  if (normalised) check_input(depth, "depth");
+  GradImages gi{g_color.data_ptr<float>(), g_depth.data_ptr<float>(), g_alpha.data_ptr<float>(),
+                g_color.stride(0), g_color.stride(1), g_color.stride(2), g_depth.stride(0),
+                g_depth.stride(1), g_alpha.stride(0), g_alpha.stride(1)};
   auto launch = [&](auto kernel) {
     kernel<<<n_tiles, kBlock, 0, stream>>>(
         cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
-        means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
-        background.data_ptr<float>(), alpha.data_ptr<float>(), last.data_ptr<int32_t>(), gi,
-        with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
+        means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(),
+        opacities.data_ptr<float>(), background.data_ptr<float>(), alpha.data_ptr<float>(),
+        normalised ? depth.data_ptr<float>() : nullptr, (float)depth_eps, last.data_ptr<int32_t>(),
+        gi, with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
         stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
         stats ? stat_n.data_ptr<float>() : nullptr);
   };
