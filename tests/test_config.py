@@ -27,11 +27,11 @@ def test_bare_name_resolves_to_shipped_config(tmp_path, monkeypatch):
 
 
 def test_inheritance_and_override_order(tmp_path):
-    write(tmp_path / "parent.yaml", "tracking: {iters: 7, lr_rot: 0.1}\nmapping: {iters: 3}\n")
+    write(tmp_path / "parent.yaml", "tracking: {iters: 7, damping: 0.1}\nmapping: {iters: 3}\n")
     child = write(tmp_path / "child.yaml", "inherit_from: parent.yaml\ntracking: {iters: 9}\n")
     cfg = load_config(child, overrides=["mapping.iters=11", "data.intrinsics=[1, 2, 3, 4]"])
     assert cfg.tracking.iters == 9          # child beats parent
-    assert cfg.tracking.lr_rot == 0.1       # parent kept where the child is silent
+    assert cfg.tracking.damping == 0.1      # parent kept where the child is silent
     assert cfg.mapping.iters == 11          # command line beats both
     assert cfg.data.intrinsics == [1.0, 2.0, 3.0, 4.0]
 
