@@ -29,6 +29,7 @@ class RunRecorder:
     frames: list = field(default_factory=list)
     mapping: list = field(default_factory=list)
     sphere_counts: list = field(default_factory=list)   # (frame_index, spheres)
+    memory_mb: list = field(default_factory=list)       # (frame_index, process RSS MB, keyframe store MB)
     started: float = field(default_factory=time.perf_counter)
     finished: Optional[float] = None
     stop_reason: str = "end of input"
@@ -39,10 +40,11 @@ class RunRecorder:
         with self._lock:
             self.frames.append(rec)
 
-    def add_mapping(self, report) -> None:
+    def add_mapping(self, report, rss_mb: float = float("nan"), store_mb: float = float("nan")) -> None:
         with self._lock:
             self.mapping.append(report)
             self.sphere_counts.append((report.frame_index, report.spheres))
+            self.memory_mb.append((report.frame_index, rss_mb, store_mb))
 
     def snapshot(self) -> tuple[list, list, list]:
         """Copies of the lists, safe to read while threads still append."""

@@ -59,6 +59,15 @@ def image_metrics(system, every: int = 1) -> Optional[dict]:
     return res
 
 
+def current_rss_mb() -> float:
+    """Resident memory of this process now (MB); NaN where /proc is unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 1e6
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (MB)."""
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -97,6 +106,7 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
         "max_spheres_seen": system.smap.peak_n,
         "map_mb": system.smap.n * bytes_per_sphere() / 1e6,
         "sphere_counts": [[int(i), int(c)] for i, c in counts],
+        "memory_over_time_mb": [[int(i), round(r, 1), round(k, 1)] for i, r, k in rec.memory_mb],
         "pruned": {
             "low_importance": sum(r.pruned.removed_low for r in mapping),
             "transparent": sum(r.pruned.removed_transparent for r in mapping),

@@ -31,6 +31,7 @@ from slam.keyframes import Keyframe, KeyframeSelector, KeyframeStore
 from slam.mapping import Mapper
 from slam.observation import Observation
 from slam.recorder import FrameRecord, RunRecorder
+from slam.run_metrics import current_rss_mb
 from slam.sphere_map import MapSnapshot, SphereMap
 from slam.tracking import Tracker
 
@@ -127,7 +128,7 @@ class SlamSystem:
 
     def _map_keyframe(self, kf: Keyframe) -> None:
         report = self.mapper.add_keyframe(kf)
-        self.recorder.add_mapping(report)
+        self.recorder.add_mapping(report, current_rss_mb(), self.store.nbytes() / 1e6)
         self._map_ready.set()
 
     # ------------------------------------------------------------------ saved maps (issue 5)
