@@ -11,16 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def align_se3(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """(4, 4) rigid transform minimising sum |T src_i - dst_i|^2 for (N, 3) point sets (Umeyama)."""
-    mu_s, mu_d = src.mean(0), dst.mean(0)
-    U, _, Vt = np.linalg.svd((dst - mu_d).T @ (src - mu_s))
-    S = np.diag([1.0, 1.0, -1.0 if np.linalg.det(U) * np.linalg.det(Vt) < 0 else 1.0])
-    T = np.eye(4)
-    T[:3, :3] = U @ S @ Vt
-    T[:3, 3] = mu_d - T[:3, :3] @ mu_s
-    return T
+from slam.eval.trajectory import umeyama_se3
 
 
 def trajectory_errors(frames: list) -> dict | None:
@@ -32,7 +23,7 @@ def trajectory_errors(frames: list) -> dict | None:
         return None
     est = np.stack([np.asarray(f.T_wc, dtype=np.float64)[:3, 3] for f in sel])
     gt = np.stack([np.asarray(f.gt_pose, dtype=np.float64)[:3, 3] for f in sel])
-    T = align_se3(est, gt) if len(sel) >= 3 else np.eye(4)
+    T = umeyama_se3(est, gt) if len(sel) >= 3 else np.eye(4)
     est_a = est @ T[:3, :3].T + T[:3, 3]
     err = np.linalg.norm(est_a - gt, axis=1)
     t = np.array([f.timestamp for f in sel], dtype=np.float64)

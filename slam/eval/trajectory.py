@@ -49,7 +49,7 @@ def associate(est_poses, est_stamps, ref_poses, ref_stamps, max_time_diff: float
     return ref_a, est_a
 
 
-def _umeyama_se3(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def umeyama_se3(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """4x4 rigid transform T minimising sum |T src_i - dst_i|^2 (SVD; valid for rank-deficient input)."""
     mu_s, mu_d = src.mean(0), dst.mean(0)
     U, _, Vt = np.linalg.svd((dst - mu_d).T @ (src - mu_s))
@@ -78,7 +78,7 @@ def evaluate_ate(est_poses, est_stamps, ref_poses, ref_stamps, max_time_diff: fl
     except GeometryException:
         # collinear / single-point positions: evo refuses, but a least-squares rigid alignment
         # still exists (rotation about the line is arbitrary and does not change the error)
-        est.transform(_umeyama_se3(est.positions_xyz, ref.positions_xyz))
+        est.transform(umeyama_se3(est.positions_xyz, ref.positions_xyz))
         alignment = ALIGNMENT + " (degenerate geometry: rotation about the trajectory line arbitrary)"
     ape = metrics.APE(metrics.PoseRelation.translation_part)
     ape.process_data((ref, est))
