@@ -21,7 +21,8 @@ for arg in "$@"; do
 done
 
 # open3d's x86-64 wheel needs libusb-1.0 at import time; Debian/Ubuntu images often lack it.
-if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0; then
+# (grep without -q: an early grep exit would SIGPIPE ldconfig and fail the pipeline under pipefail)
+if ! ldconfig -p 2>/dev/null | grep libusb-1.0 >/dev/null; then
   if command -v apt-get >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     echo "installing libusb-1.0-0 (needed by open3d)"
