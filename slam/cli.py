@@ -118,6 +118,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         total = None
     progress = _Progress(total, system, cfg.system.progress and not args.quiet)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    # A process started in the background by a non-interactive shell inherits SIGINT as ignored;
+    # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     viewer = None
     if cfg.viewer.enabled or cfg.viewer.rrd:  # --- issue 5: rerun viewer (imports rerun only here) ---
         from slam.viewer import attach_viewer
