@@ -273,3 +273,28 @@ def summarise(results: list[RelocResult], mode: str) -> dict:
         "keyframe": None if found is None else int(results[found].keyframe),
         "relocalisations_later": max(0, sum(1 for r in results if r.ok) - 1),
     }
+
+
+class RetrySchedule:
+    """Spaces out relocalisation attempts while lost: after each failed attempt the next
+    ``skip`` frames are not tried, ``skip`` doubling from 1 up to ``max_skip``; a success resets
+    it. Keeps a camera that has left the map from spending every frame on a full relocalisation."""
+
+    def __init__(self, max_skip: int = 16) -> None:
+        self.max_skip = max_skip
+        self.skip = 0          # frames still to wait before the next attempt
+        self.next_skip = 1
+
+    def should_try(self) -> bool:
+        """Call once per lost frame; True when this frame should attempt relocalisation."""
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        return True
+
+    def failed(self) -> None:
+        self.skip = self.next_skip
+        self.next_skip = min(self.next_skip * 2, self.max_skip)
+
+    def succeeded(self) -> None:
+        self.skip, self.next_skip = 0, 1

@@ -31,6 +31,7 @@ from slam.keyframes import Keyframe, KeyframeSelector, KeyframeStore
 from slam.mapping import Mapper
 from slam.observation import Observation
 from slam.recorder import FrameRecord, RunRecorder
+from slam.relocalise import RetrySchedule
 from slam.run_metrics import current_rss_mb
 from slam.sphere_map import MapSnapshot, SphereMap
 from slam.tracking import Tracker
@@ -89,6 +90,7 @@ class SlamSystem:
         self.reloc_results: list = []       # one RelocResult per relocalisation attempt
         self.relocalise_after = 5           # consecutive tracking failures on a saved map -> relocalise again
         self.lost_relocalise_after = 2      # SLAM mode: consecutive failures before relocalising
+        self.retry = RetrySchedule()        # spaces out relocalisation attempts while lost
         self._lost_slam = 0
         self._lost = 0
 
@@ -103,7 +105,10 @@ class SlamSystem:
             ok, recovered, loss = True, False, 0.0
         elif self.relocaliser is not None and not self.relocalised:  # saved map, start pose unknown
             _wait_for(snap)
-            T_wc, ok, recovered, loss = self._relocalise(obs, snap, frame.index)
+            if self.retry.should_try():
+                T_wc, ok, recovered, loss = self._relocalise(obs, snap, frame.index)
+            else:  # lost and waiting before the next attempt: report the last pose, not tracked
+                T_wc, ok, recovered, loss = self.tracker.last_good_or_identity(), False, False, float("inf")
         else:
             _wait_for(snap)
             res = self.tracker.track(obs, snap)
@@ -161,6 +166,9 @@ class SlamSystem:
         if res.ok:
             self.tracker.initialise(res.T_wc)
             self.relocalised = True
+            self.retry.succeeded()
+        else:
+            self.retry.failed()
         return res.T_wc, res.ok, False, res.loss
 
     def _watch_tracking(self, ok: bool) -> bool:
@@ -182,6 +190,8 @@ class SlamSystem:
             return failed
         if float((obs.depth > 0).float().mean()) < self.cfg.tracking.min_known_fraction:
             return failed  # a dropout (black / depth-less frame): nothing to relocalise with
+        if not self.retry.should_try():
+            return failed
         from slam.relocalise import Relocaliser
 
         keyframes = list(self.store.items)  # a copy: the mapper may add or drop keyframes meanwhile
@@ -191,7 +201,9 @@ class SlamSystem:
         log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",
                     self._lost_slam, len(keyframes), "succeeded" if res.ok else "failed", res.ms)
         if not res.ok:
+            self.retry.failed()
             return failed
+        self.retry.succeeded()
         self._lost_slam = 0
         self.tracker.initialise(res.T_wc)
         self.tracker.recoveries += 1

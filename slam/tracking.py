@@ -63,6 +63,10 @@ class Tracker:
         """Set the pose of the first frame (the map is built around it)."""
         self.prev, self.prev2, self.last_good = T_wc.copy(), None, T_wc.copy()
 
+    def last_good_or_identity(self) -> np.ndarray:
+        """The last pose that passed the checks (identity before any)."""
+        return self.last_good.copy() if self.last_good is not None else np.eye(4)
+
     def guess(self) -> np.ndarray:
         """The constant-velocity prediction for the next frame."""
         return constant_velocity_guess(self.prev2, self.prev)

@@ -190,3 +190,18 @@ def test_tracking_lost_on_a_saved_map_triggers_relocalisation():
     assert system.relocalised                                   # 4 failures in a row: keep tracking
     system._watch_tracking(False)
     assert not system.relocalised                               # 5th: relocalise on the next frame
+
+
+def test_retry_schedule_backs_off_and_resets():
+    from slam.relocalise import RetrySchedule
+    r = RetrySchedule(max_skip=4)
+    tried = []
+    for _ in range(20):
+        t = r.should_try()
+        tried.append(t)
+        if t:
+            r.failed()
+    # attempts at frames 0, 2, 5, 10, 15: gaps of 1, 2, 4, 4 skipped frames
+    assert [i for i, t in enumerate(tried) if t] == [0, 2, 5, 10, 15]
+    r.succeeded()
+    assert r.should_try()
