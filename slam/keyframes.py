@@ -11,11 +11,11 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-import cv2
 import numpy as np
 import torch
 
 from slam.config import MappingConfig
+from slam.data.preprocess import downscale_color, scale_K
 from slam.geometry import relative_motion
 from slam.observation import Observation
 
@@ -34,16 +34,13 @@ class Keyframe:
 
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1) -> "Keyframe":
-        color, depth, K = frame.color, frame.depth, np.asarray(frame.K, dtype=np.float64).copy()
-        if downscale > 1:
-            h, w = depth.shape[0] // downscale, depth.shape[1] // downscale
-            color = cv2.resize(color, (w, h), interpolation=cv2.INTER_AREA)
-            depth = depth[downscale // 2 :: downscale, downscale // 2 :: downscale][:h, :w]
-            K[:2, :] /= downscale
-            K[0, 2] = (frame.K[0, 2] + 0.5) / downscale - 0.5
-            K[1, 2] = (frame.K[1, 2] + 0.5) / downscale - 0.5
+        """Compact copy of ``frame`` at 1/``downscale`` resolution (colour area-averaged, depth
+        sampled at the block centres so no value is invented across edges)."""
+        color = downscale_color(frame.color, downscale)
+        h, w = color.shape[:2]
+        depth = frame.depth[downscale // 2 :: downscale, downscale // 2 :: downscale][:h, :w]
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
-                        np.ascontiguousarray(depth).astype(np.float16), K)
+                        np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale))
 
     def observation(self, device: torch.device) -> Observation:
         """Upload as float tensors for one mapping step."""

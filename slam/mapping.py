@@ -51,7 +51,7 @@ class Mapper:
         device = self.smap.device
         obs = kf.observation(device)
         T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
-        report.added, report.novelty = self._densify(obs, T_wc)
+        report.added, report.novelty, budget_removed = self._densify(obs, T_wc)
         self.store.add(kf)
         self.keyframes_seen += 1
         window = self.store.window(self.cfg.window, self.cfg.random_keyframes)
@@ -61,13 +61,15 @@ class Mapper:
             if self.keyframes_seen % self.pruner.cfg.every == 0:
                 seen = weight_sum[: self.smap.n] > 0
                 report.pruned = self.pruner.prune(self.smap, report.novelty, self._screen_radius(kf, device), seen)
+        report.pruned.removed_budget = budget_removed
         self.smap.publish()
         report.spheres = self.smap.n
         report.ms = (time.perf_counter() - t0) * 1e3
         return report
 
     # ------------------------------------------------------------------ steps
-    def _densify(self, obs, T_wc: torch.Tensor) -> tuple[int, float]:
+    def _densify(self, obs, T_wc: torch.Tensor) -> tuple[int, float, int]:
+        """Seed spheres where the map is missing/wrong; returns (added, novelty, removed to make room)."""
         if self.smap.n == 0:
             mask = candidate_mask(obs, None, self.cfg)
             priority, novelty = None, 1.0
@@ -81,9 +83,8 @@ class Mapper:
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
         means, radii, colors, opacities = seed_spheres(obs, T_wc, mask, self.cfg, self.generator, priority)
-        if self.pruner.cfg.enabled:
-            self.pruner.make_room(self.smap, int(means.shape[0]))
-        return self.smap.add(means, radii, colors, opacities), novelty
+        budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
+        return self.smap.add(means, radii, colors, opacities), novelty, budget_removed
 
     def _view(self, kf: Keyframe, device):
         o = kf.observation(device)

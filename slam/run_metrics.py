@@ -111,6 +111,7 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
             "low_importance": sum(r.pruned.removed_low for r in mapping),
             "transparent": sum(r.pruned.removed_transparent for r in mapping),
             "oversized": sum(r.pruned.removed_oversized for r in mapping),
+            "budget": sum(r.pruned.removed_budget for r in mapping),
         },
         "keyframe_store_mb": system.store.nbytes() / 1e6,
         "peak_rss_mb": peak_rss_mb(),

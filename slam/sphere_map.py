@@ -210,10 +210,7 @@ class SphereMap:
         with self._publish_lock:
             return self._published
 
-    # ------------------------------------------------------------------ state for save/load
-    def state_dict(self) -> dict:
-        return {"params": self.active().detach().cpu().clone()}
-
+    # ------------------------------------------------------------------ load
     def load_rows(self, rows: torch.Tensor) -> None:
         """Replace the map by raw parameter rows (N, 8) (e.g. loaded from a PLY)."""
         if rows.ndim != 2 or rows.shape[1] != PARAM_DIM:
