@@ -37,6 +37,11 @@ class DataConfig:
     intrinsics: Optional[List[float]] = None   # [fx, fy, cx, cy] override (required for replica)
     distortion: Optional[List[float]] = None   # OpenCV k1 k2 p1 p2 [k3] override
     depth_scale: Optional[float] = None        # raw depth units per metre override
+    # Unregistered colour (7-Scenes, raw Kinect v1): the colour camera's [fx, fy, cx, cy] and the
+    # depth-to-colour translation [tx, ty, tz] (m); colour is resampled into the depth camera.
+    # scripts/estimate_color_registration.py estimates both from the data.
+    color_intrinsics: Optional[List[float]] = None
+    color_translation: Optional[List[float]] = None
     max_time_diff: float = 0.02     # s, colour/depth/ground-truth association tolerance
     color_topic: str = "/camera/color/image_raw"
     depth_topic: str = "/camera/aligned_depth_to_color/image_raw"
@@ -103,7 +108,7 @@ class PrunerConfig:
     window: int = 3                 # a score must stay low over this many prune rounds
     weight_ema: float = 0.5         # EMA factor of the per-keyframe statistics
     score_error_weight: float = 1.0 # how much low reprojection error raises importance
-    threshold: float = 0.05         # importance below this (relative to the median) is low
+    threshold: float = 0.3          # importance below this (relative to the median) is low
     min_opacity: float = 0.05       # transparent spheres are removed
     max_radius_px: float = 60.0     # oversized spheres (screen radius) are removed
     explore_keep: float = 0.5       # threshold multiplier while exploring new space (keeps more)

@@ -12,10 +12,38 @@ from slam.config import MappingConfig, PrunerConfig
 from slam.densify import candidate_mask, seed_spheres
 from slam.geometry import invert, transform_points
 from slam.keyframes import Keyframe, KeyframeStore
-from slam.observation import depth_edge_mask
+from slam.observation import Observation, depth_edge_mask
 from slam.pruner import PruneReport, Pruner
 from slam.render import render_spheres
 from slam.sphere_map import SphereMap
+
+
+@dataclass
+class _DeviceView:
+    """A keyframe on the mapping device in its compact form (uint8 colour, float16 depth, bool
+    masks: 6 bytes a pixel instead of 18), expanded to float images only for the step that uses
+    it. The window's views stay resident for a keyframe's iterations; compact, they cost a third."""
+
+    color: torch.Tensor      # (H, W, 3) uint8
+    depth: torch.Tensor      # (H, W) float16 metres
+    K: torch.Tensor          # (3, 3) float32, CPU
+    T_cw: torch.Tensor       # (4, 4) float32 world-to-camera, device
+    depth_ok: torch.Tensor   # (H, W) bool: valid depth away from depth edges
+    valid: torch.Tensor      # (H, W) bool: valid depth
+
+    @staticmethod
+    def upload(kf: Keyframe, device) -> "_DeviceView":
+        color = torch.from_numpy(kf.color).to(device, non_blocking=True)
+        depth = torch.from_numpy(kf.depth).to(device, non_blocking=True)
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+        d = depth.float()
+        return _DeviceView(color, depth, torch.as_tensor(kf.K, dtype=torch.float32), T_cw,
+                           depth_edge_mask(d), d > 0)
+
+    def expand(self):
+        """(Observation with float images, T_cw, depth_ok, valid)."""
+        obs = Observation(self.color.float() / 255.0, self.depth.float(), self.K)
+        return obs, self.T_cw, self.depth_ok, self.valid
 
 
 @dataclass
@@ -86,15 +114,13 @@ class Mapper:
         budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
         return self.smap.add(means, radii, colors, opacities), novelty, budget_removed
 
-    def _view(self, kf: Keyframe, device):
-        o = kf.observation(device)
-        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
-        return o, T_cw, depth_edge_mask(o.depth), o.depth > 0
+    def _view(self, kf: Keyframe, device) -> "_DeviceView":
+        return _DeviceView.upload(kf, device)
 
     def _step(self, view, stats) -> torch.Tensor:
         """One optimisation step of every live sphere on one keyframe view; returns the loss.
         L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
-        o, T_cw, depth_ok, valid = view
+        o, T_cw, depth_ok, valid = view.expand()
         rows = self.smap.active().detach().requires_grad_(True)
         means, radii, colors, opacities = self.smap.activated(rows)
         out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,

@@ -51,8 +51,9 @@ def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
     if kfs:
         write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
-    if cfg.output.save_map and system.smap.n > 0:
-        save_map(run_dir / "map.ply", system.smap.active())
+    rows, _ = system.map_to_save()
+    if cfg.output.save_map and rows.shape[0] > 0:
+        save_map(run_dir / "map.ply", rows)
     # --- issue 5: keyframe side file, plots, mesh (each guarded: never lose the outputs above) ---
     _write_extras(run_dir, cfg, system, frames)
     (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
@@ -63,7 +64,8 @@ def _write_extras(run_dir: Path, cfg: Config, system, frames: list) -> None:
     (slam.plots, when ground truth exists), ``mesh.ply`` (slam.mesh, when ``output.mesh``)."""
     def side_file():
         from slam.map_io import keyframes_path, save_keyframes
-        save_keyframes(keyframes_path(run_dir / "map.ply"), list(system.store.items), system.smap.n)
+        rows, keyframes = system.map_to_save()
+        save_keyframes(keyframes_path(run_dir / "map.ply"), keyframes, int(rows.shape[0]))
 
     def plots():
         from slam.plots import write_plots

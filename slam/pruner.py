@@ -103,6 +103,8 @@ class Pruner:
         opacity = torch.sigmoid(smap.params[:n, OPACITY])
         transparent = opacity < self.cfg.min_opacity
         oversized = screen_radius_px > self.cfg.max_radius_px
+        for m in (remove_low, transparent, oversized):
+            m[: smap.frozen] = False   # a frozen saved map (localize) is never pruned
         report.removed_transparent = int(transparent.sum())
         report.removed_oversized = int((oversized & ~transparent).sum())
         report.removed_low = int((remove_low & ~transparent & ~oversized).sum())
@@ -120,6 +122,10 @@ class Pruner:
         excess = min(excess, smap.n)
         score = self.importance(smap)
         score = torch.where(smap.stats["age"][: smap.n] > 0, score, torch.full_like(score, float("inf")))
+        score[: smap.frozen] = float("inf")   # a frozen saved map is never cut
+        excess = min(excess, smap.n - smap.frozen)
+        if excess <= 0:
+            return 0
         victims = torch.topk(score, excess, largest=False).indices
         mask = torch.zeros(smap.n, dtype=torch.bool, device=score.device)
         mask[victims] = True

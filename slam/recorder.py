@@ -29,7 +29,9 @@ class RunRecorder:
     frames: list = field(default_factory=list)
     mapping: list = field(default_factory=list)
     sphere_counts: list = field(default_factory=list)   # (frame_index, spheres)
-    memory_mb: list = field(default_factory=list)       # (frame_index, process RSS MB, keyframe store MB)
+    # (frame_index, process RSS MB, keyframe store MB, GPU allocated MB, GPU peak MB so far);
+    # the GPU columns are NaN on the CPU
+    memory_mb: list = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     finished: Optional[float] = None
     stop_reason: str = "end of input"
@@ -40,11 +42,12 @@ class RunRecorder:
         with self._lock:
             self.frames.append(rec)
 
-    def add_mapping(self, report, rss_mb: float = float("nan"), store_mb: float = float("nan")) -> None:
+    def add_mapping(self, report, rss_mb: float = float("nan"), store_mb: float = float("nan"),
+                    gpu_mb: tuple = (float("nan"), float("nan"))) -> None:
         with self._lock:
             self.mapping.append(report)
             self.sphere_counts.append((report.frame_index, report.spheres))
-            self.memory_mb.append((report.frame_index, rss_mb, store_mb))
+            self.memory_mb.append((report.frame_index, rss_mb, store_mb, *gpu_mb))
 
     def snapshot(self) -> tuple[list, list, list]:
         """Copies of the lists, safe to read while threads still append."""

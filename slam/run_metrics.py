@@ -74,6 +74,17 @@ def peak_rss_mb() -> float:
     return ru / 1024.0 if sys.platform != "darwin" else ru / 1e6
 
 
+def gpu_memory_sample(device: torch.device) -> tuple[float, float]:
+    """(allocated now, peak so far) in MB on a CUDA device; NaNs elsewhere."""
+    if device.type != "cuda":
+        return float("nan"), float("nan")
+    return torch.cuda.memory_allocated(device) / 1e6, torch.cuda.max_memory_allocated(device) / 1e6
+
+
+def _round_or_none(x: float):
+    return None if x != x else round(float(x), 1)
+
+
 def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> dict:
     """Everything that goes into metrics.json."""
     rec = system.recorder
@@ -106,7 +117,8 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
         "max_spheres_seen": system.smap.peak_n,
         "map_mb": system.smap.n * bytes_per_sphere() / 1e6,
         "sphere_counts": [[int(i), int(c)] for i, c in counts],
-        "memory_over_time_mb": [[int(i), round(r, 1), round(k, 1)] for i, r, k in rec.memory_mb],
+        # [frame, process RSS, keyframe store, GPU allocated, GPU peak so far] MB
+        "memory_over_time_mb": [[int(row[0])] + [_round_or_none(x) for x in row[1:]] for row in rec.memory_mb],
         "pruned": {
             "low_importance": sum(r.pruned.removed_low for r in mapping),
             "transparent": sum(r.pruned.removed_transparent for r in mapping),

@@ -79,6 +79,7 @@ class SphereMap:
         self.budget = budget
         self.n = 0
         self.peak_n = 0          # the most spheres ever held at once (the budget check)
+        self.frozen = 0          # rows [0, frozen) are fixed: never optimised nor removed (localize)
         self.capacity = 0
         self.params = torch.zeros(0, PARAM_DIM, device=self.device)
         self.exp_avg = torch.zeros(0, PARAM_DIM, device=self.device)
@@ -152,9 +153,13 @@ class SphereMap:
         return m
 
     def remove(self, mask: torch.Tensor) -> int:
-        """Remove spheres where ``mask`` (N,) bool is True; compacts every row-aligned tensor."""
+        """Remove spheres where ``mask`` (N,) bool is True; compacts every row-aligned tensor.
+        Frozen rows are never removed (their mask entries are ignored) and keep their order."""
         if mask.shape[0] != self.n:
             raise ValueError(f"remove mask has {mask.shape[0]} entries for {self.n} spheres")
+        if self.frozen:
+            mask = mask.clone()
+            mask[: self.frozen] = False
         keep = torch.nonzero(~mask.to(self.device), as_tuple=False).squeeze(1)
         k = int(keep.shape[0])
         removed = self.n - k
@@ -168,27 +173,32 @@ class SphereMap:
 
     # ------------------------------------------------------------------ optimisation
     def adam_step(self, grad: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15) -> None:
-        """One Adam update of the live rows from ``grad`` (N, 8); rows with zero grad stay put.
+        """One Adam update of the live rows from ``grad`` (N, 8); rows with zero grad and frozen
+        rows stay put.
 
         Bias correction is per row (a sphere added late has its own step count), so new spheres
         take full-size first steps while old ones keep their history.
         """
-        n = self.n
-        g = grad[:n]
-        touched = (g != 0).any(dim=1)
+        n0, n = self.frozen, self.n
+        g = grad[n0:n]
+        touched = (g != 0).any(dim=1, keepdim=True)                 # (N, 1) bool
         b1, b2 = betas
-        steps = self.steps[:n] + touched.float()
-        self.steps[:n] = steps
-        m = self.exp_avg[:n]
-        v = self.exp_avg_sq[:n]
-        t = touched[:, None]
-        m.copy_(torch.where(t, b1 * m + (1 - b1) * g, m))
-        v.copy_(torch.where(t, b2 * v + (1 - b2) * g * g, v))
+        steps = self.steps[n0:n]
+        steps += touched[:, 0]
+        # In place, two (N, 8) temporaries at most: this runs on every mapping iteration and its
+        # temporaries would otherwise set the map's peak memory. Rows with zero gradient keep
+        # their moments (factor 1, and g is 0 there) and do not move (the update is masked).
+        keep = touched.logical_not().float()                        # 1 = untouched row
+        m = self.exp_avg[n0:n]
+        v = self.exp_avg_sq[n0:n]
+        m.mul_(b1 + (1 - b1) * keep).add_(g, alpha=1 - b1)
+        v.mul_(b2 + (1 - b2) * keep).addcmul_(g, g, value=1 - b2)
         s = steps.clamp_min(1)[:, None]
-        m_hat = m / (1 - b1 ** s)
-        v_hat = v / (1 - b2 ** s)
-        update = self.lr * m_hat / (v_hat.sqrt() + eps)
-        self.params[:n] -= torch.where(t, update, torch.zeros_like(update))
+        bc1 = 1 - b1 ** s                                           # (N, 1) bias corrections
+        bc2 = 1 - b2 ** s
+        denom = (v / bc2).sqrt_().add_(eps)
+        num = (m * ((1.0 - keep) / bc1)).mul_(self.lr)
+        self.params[n0:n].addcdiv_(num, denom, value=-1.0)
 
     # ------------------------------------------------------------------ publishing
     def publish(self) -> MapSnapshot:
@@ -218,6 +228,7 @@ class SphereMap:
         if rows.shape[0] > self.budget:
             raise ValueError(f"map of {rows.shape[0]} spheres exceeds the budget of {self.budget}")
         self.n = 0
+        self.frozen = 0
         self._grow(int(rows.shape[0]))
         self.params.zero_(); self.exp_avg.zero_(); self.exp_avg_sq.zero_(); self.steps.zero_()
         for v in self.stats.values():

@@ -32,11 +32,23 @@ from slam.mapping import Mapper
 from slam.observation import Observation
 from slam.recorder import FrameRecord, RunRecorder
 from slam.relocalise import RetrySchedule
-from slam.run_metrics import current_rss_mb
+from slam.run_metrics import current_rss_mb, gpu_memory_sample
 from slam.sphere_map import MapSnapshot, SphereMap
 from slam.tracking import Tracker
 
 log = logging.getLogger("slam.system")
+
+
+# cuBLAS keeps one workspace per (handle, stream), allocated through PyTorch's allocator: 32 MiB
+# each on recent GPUs by default, and the tracking and mapping threads each have their own stream.
+# SLAM's matrix products are tiny (8 x N normal equations, 4 x 4 transforms), so 4 MiB is plenty;
+# must be set before the first cuBLAS call. A value the user set is kept.
+CUBLAS_WORKSPACE = ":4096:1"
+
+
+def limit_cublas_workspace() -> None:
+    """Cap the per-stream cuBLAS workspace (see ``CUBLAS_WORKSPACE``) unless already configured."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -60,6 +72,8 @@ class SlamSystem:
     def __init__(self, cfg: Config, device: Optional[torch.device] = None) -> None:
         self.cfg = cfg
         self.device = device or resolve_device(cfg.system.device)
+        if self.device.type == "cuda":
+            limit_cublas_workspace()
         torch.manual_seed(cfg.system.seed)
         if self.device.type == "cpu" and cfg.system.threaded:
             # Tracking and mapping each run CPU kernels at the same time: split the cores between
@@ -85,6 +99,7 @@ class SlamSystem:
         self._kf_ch = Channel(cfg.system.queue_size)
         # --- saved-map modes (issue 5): set by use_saved_map ---
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
+        self.saved_keyframes: list = []     # localize: the saved map's keyframes (written back as they were)
         self.relocaliser = None             # slam.relocalise.Relocaliser while the start pose is unknown
         self.relocalised = False
         self.reloc_results: list = []       # one RelocResult per relocalisation attempt
@@ -121,8 +136,8 @@ class SlamSystem:
                 self._lost_slam = 0
         if self.mode == "slam":
             is_kf = self.selector.is_keyframe(T_wc, ok)
-        else:  # localize: never map; continue: only verified poses make keyframes
-            is_kf = self.mode == "continue" and ok and self.selector.is_keyframe(T_wc, ok)
+        else:  # saved map: only verified poses make keyframes (localize: of the local layer)
+            is_kf = ok and self.selector.is_keyframe(T_wc, ok)
         ms = (time.perf_counter() - t0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, T_wc, frame.gt_pose, ok, recovered, loss, ms, is_kf)
         self.recorder.add_frame(rec)
@@ -133,14 +148,18 @@ class SlamSystem:
 
     def _map_keyframe(self, kf: Keyframe) -> None:
         report = self.mapper.add_keyframe(kf)
-        self.recorder.add_mapping(report, current_rss_mb(), self.store.nbytes() / 1e6)
+        self.recorder.add_mapping(report, current_rss_mb(), self.store.nbytes() / 1e6,
+                                  gpu_memory_sample(self.device))
         self._map_ready.set()
 
     # ------------------------------------------------------------------ saved maps (issue 5)
     def use_saved_map(self, map_path, mode: str) -> None:
         """Start from a saved map (``slam.map_io.load_saved_map``: the PLY and its keyframe side
-        file; its keyframes join the keyframe store). ``localize`` tracks against the frozen map (no
-        mapping); ``continue`` maps on top of it. The start pose is unknown either way:
+        file; its keyframes join the keyframe store). ``localize`` keeps the saved spheres frozen
+        (never optimised nor pruned, written back unchanged) and maps only a local layer of new
+        spheres where the view leaves the saved map, so tracking bridges unmapped views (like
+        visual odometry in a feature-based localisation mode); ``continue`` maps on top of the
+        saved map and changes it. The start pose is unknown either way:
         frames are relocalised (``slam.relocalise``) until one is verified, then tracked. Call
         before ``run``. Raises ``FileNotFoundError`` / ``slam.map_io.MapFormatError``."""
         if mode not in ("localize", "continue"):
@@ -150,6 +169,9 @@ class SlamSystem:
 
         rows, keyframes = load_saved_map(map_path)
         self.smap.load_rows(rows)
+        if mode == "localize":
+            self.smap.frozen = int(rows.shape[0])
+            self.saved_keyframes = list(keyframes)
         self.smap.publish()
         for kf in keyframes:  # continue: the mapper's window; both: the run folder stays self-contained
             self.store.add(kf)
@@ -179,6 +201,13 @@ class SlamSystem:
             log.warning("tracking lost for %d frames: relocalising against the saved map", self._lost)
             self.relocalised, self._lost = False, 0
         return ok
+
+    def map_to_save(self) -> tuple[torch.Tensor, list]:
+        """(rows (M, 8), keyframes) for map.ply and its side file: in localize mode the saved map
+        as loaded (the local layer is dropped), otherwise the whole live map and keyframe store."""
+        if self.mode == "localize":
+            return self.smap.params[: self.smap.frozen], list(self.saved_keyframes)
+        return self.smap.active(), list(self.store.items)
 
     # --- end of saved-map modes ---
     def _recover_lost(self, obs: Observation, snap: MapSnapshot, index: int, failed: tuple) -> tuple:

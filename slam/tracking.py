@@ -181,30 +181,40 @@ class Tracker:
             for _ in range(n_iter):
                 mask = valid & (out.alpha > self.cfg.alpha_threshold)
                 r, col = self._stack(out, obs, mask, exposure)
-                # Jacobian columns: 6 pose directions by forward differences, exposure analytic.
-                cols = []
+                # Jacobian rows (one per parameter, one preallocated buffer): 6 pose directions by
+                # forward differences, exposure analytic. Weighted in place by sqrt(w), so
+                # H = J^T W J and g = J^T W r need no second copy of J.
+                J = torch.empty(n_params, r.numel(), device=device)
                 for k in range(6):
                     out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
                     r_k, _ = self._stack(out_k, obs, mask, exposure)
-                    cols.append(((r_k - r) / steps[k]).reshape(-1))
+                    torch.sub(r_k, r, out=J[k].view_as(r)).div_(steps[k])
+                    del out_k, r_k
                 if self.cfg.exposure:
                     gain = torch.exp(exposure[0])
-                    zero = torch.zeros_like(col[..., :1])
-                    cols.append(torch.cat([col * gain, zero], -1).reshape(-1))
-                    cols.append(torch.cat([mask.unsqueeze(-1).expand_as(col).float(), zero], -1).reshape(-1))
-                J = torch.stack(cols, dim=1)
+                    J[6].view_as(r)[..., :3] = col * gain
+                    J[7].view_as(r)[..., :3] = mask.unsqueeze(-1).to(col.dtype)
+                    J[6:8].view(2, *r.shape)[..., 3] = 0
                 w = self._robust_weights(r).reshape(-1)
                 rv = r.reshape(-1)
-                H = J.T @ (J * w[:, None])
-                g = J.T @ (w * rv)
-                Hd, gd = H.double().cpu(), g.double().cpu()   # 8x8 solve on the host, in float64
-                cost = float((w * rv * rv).sum())
+                sw = w.sqrt()
+                J.mul_(sw)
+                H = J @ J.T
+                g = J @ (sw * rv)
+                del J
+                # One device->host copy (one sync) for the normal equations and the cost; the
+                # 8x8 solve runs on the host in float64.
+                packed = torch.cat([H.reshape(-1), g, (w * rv * rv).sum().reshape(1)]).double().cpu()
+                Hd = packed[: n_params * n_params].reshape(n_params, n_params)
+                gd = packed[n_params * n_params : -1]
+                cost = float(packed[-1])
                 if cost == 0.0:
                     break  # nothing known in view
                 # LM: try the step, accept if the robust cost drops, else damp harder.
                 for _attempt in range(4):
                     A = Hd + damping * torch.diag(Hd.diagonal().clamp_min(1e-9))
-                    step = (-torch.linalg.solve(A, gd)).float().to(device)
+                    step_host = (-torch.linalg.solve(A, gd)).float()
+                    step = step_host.to(device)
                     T_new = moved(T_cw, step[:6])
                     exp_new = exposure + step[6:8] if n_params == 8 else exposure
                     out_new = self._render(snapshot, obs, T_new)
@@ -218,7 +228,7 @@ class Tracker:
                     damping *= 10
                 else:
                     break  # no improving step: converged (or stuck)
-                if float(step[:6].abs().max()) < 1e-5:
+                if float(step_host[:6].abs().max()) < 1e-5:   # host copy: no sync
                     break
             mask = valid & (out.alpha > self.cfg.alpha_threshold)
             r, _ = self._stack(out, obs, mask, exposure)

@@ -120,3 +120,24 @@ def test_ply_bad_inputs(tmp_path):
         load_map_rows(cloud)
     with pytest.raises(FileNotFoundError):
         load_map_rows(tmp_path / "none.ply")
+
+
+def test_frozen_rows_are_never_optimised_removed_or_cut_for_budget():
+    """localize mode: the saved map's rows stay bit-exact under Adam, pruning and make_room."""
+    from slam.config import PrunerConfig
+    from slam.pruner import Pruner
+
+    m = SphereMap(max_spheres=10, chunk=4)
+    m.add(*spheres(4))
+    m.frozen = 4
+    m.add(*spheres(3, 1.0))
+    saved = m.params[:4].clone()
+    m.adam_step(torch.ones(m.n, PARAM_DIM))
+    assert torch.equal(m.params[:4], saved)
+    assert not torch.equal(m.params[4:7], m.params[4:7].detach() * 0)  # the local rows moved
+    assert m.steps[:4].tolist() == [0, 0, 0, 0] and m.steps[4:7].tolist() == [1, 1, 1]
+    assert m.remove(torch.tensor([True, True, False, False, True, False, False])) == 1
+    assert m.n == 6 and torch.equal(m.params[:4], saved)
+    m.stats["age"][: m.n] = 1
+    assert Pruner(PrunerConfig()).make_room(m, incoming=9) == 2        # only the 2 local rows can go
+    assert m.n == 4 and torch.equal(m.params[:4], saved)

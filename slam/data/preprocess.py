@@ -120,19 +120,28 @@ class Undistorter:
 class Preprocessor:
     """Full-resolution images + calibration -> images and K of the delivered frames.
 
-    Steps: undistort (if distortion is given) at full resolution, then downscale by ``s``.
-    ``K_out`` is the intrinsics of the delivered images; delivered images carry no distortion.
+    Steps: register colour into the depth camera (if ``registration`` is given, see
+    ``slam.data.registration``), undistort (if distortion is given) at full resolution, then
+    downscale by ``s``. ``K_out`` is the intrinsics of the delivered images; delivered images
+    carry no distortion.
     """
 
-    def __init__(self, K: np.ndarray, distortion: Optional[np.ndarray], downscale: int = 1) -> None:
+    def __init__(self, K: np.ndarray, distortion: Optional[np.ndarray], downscale: int = 1,
+                 registration=None) -> None:
         if int(downscale) != downscale or downscale < 1:
             raise CalibrationError(f"downscale must be an integer >= 1, got {downscale}")
+        if registration is not None and distortion is not None:
+            raise CalibrationError("colour registration (data.color_intrinsics) assumes undistorted images; "
+                                   "it cannot be combined with a distortion model")
+        self.registration = registration
         self.K = np.asarray(K, dtype=np.float64)
         self.s = int(downscale)
         self.undistorter = Undistorter(self.K, distortion) if distortion is not None else None
         self.K_out = scale_K(self.K, self.s)
 
     def __call__(self, color: np.ndarray, depth: np.ndarray) -> tuple:
+        if self.registration is not None:
+            color = self.registration(color, depth)
         if self.undistorter is not None:
             color = self.undistorter.color(color)
             depth = self.undistorter.depth(depth)

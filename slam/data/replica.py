@@ -60,7 +60,7 @@ class ReplicaSource(SequenceSource):
     name = "replica"
 
     def __init__(self, path: str | Path, *, intrinsics=None, first: int = 0, last: Optional[int] = None,
-                 stride: int = 1, downscale: int = 1, depth_scale=None) -> None:
+                 stride: int = 1, downscale: int = 1, depth_scale=None, color_camera=None) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: Replica sequence folder not found")
@@ -84,7 +84,7 @@ class ReplicaSource(SequenceSource):
             raise CalibrationError(f"data.depth_scale must be > 0, got {depth_scale}")
         entries = [Entry(n / REPLICA_FPS, p, results / f"depth{n:06d}.png", poses[n]) for n, p in frames]
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
-                         downscale=downscale, where=str(folder))
+                         downscale=downscale, where=str(folder), color_camera=color_camera)
 
 
 def replica_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:

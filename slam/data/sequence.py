@@ -28,6 +28,7 @@ from slam.data.errors import SkipFrame
 from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
 from slam.data.imageio import read_color, read_depth
 from slam.data.preprocess import Preprocessor
+from slam.data.registration import ColorRegistration
 
 log = logging.getLogger("slam.data")
 
@@ -67,14 +68,16 @@ class SequenceSource(FrameSource):
     def __init__(self, entries: List[Entry], K: np.ndarray, distortion: Optional[np.ndarray],
                  depth_units: float, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
                  downscale: int = 1, expected_size: Optional[Tuple[int, int]] = None,
-                 where: str = "") -> None:
+                 where: str = "", color_camera: Optional[tuple] = None) -> None:
         super().__init__()
         self.where = where
         self.all_entries = entries
         self.entries = [entries[i] for i in select(len(entries), first, last, stride)]
         self.depth_units = float(depth_units)
         self.expected_size = expected_size  # (width, height) the calibration was made for
-        self.pre = Preprocessor(K, distortion, downscale)
+        # color_camera = (data.color_intrinsics, data.color_translation) for unregistered sensors
+        registration = ColorRegistration.from_config(K, *color_camera) if color_camera else None
+        self.pre = Preprocessor(K, distortion, downscale, registration)
         self.K = self.pre.K_out
 
     def __len__(self) -> int:

@@ -44,7 +44,7 @@ class SevenScenesSource(SequenceSource):
     name = "7scenes"
 
     def __init__(self, path: str | Path, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
-                 downscale: int = 1, intrinsics=None, depth_scale=None) -> None:
+                 downscale: int = 1, intrinsics=None, depth_scale=None, color_camera=None) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: 7-Scenes sequence folder not found")
@@ -67,7 +67,7 @@ class SevenScenesSource(SequenceSource):
         ]
         self._warned_pose = False
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
-                         downscale=downscale, where=str(folder))
+                         downscale=downscale, where=str(folder), color_camera=color_camera)
 
     @staticmethod
     def _intrinsics(folder: Path, intrinsics) -> np.ndarray:

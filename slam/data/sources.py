@@ -24,16 +24,26 @@ def open_source(cfg) -> FrameSource:
     """
     path = resolve_data_path(cfg.path)
     common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
+    color_camera = None
+    if cfg.color_intrinsics is not None or cfg.color_translation is not None:
+        if cfg.dataset == "rosbag":
+            from slam.data.errors import CalibrationError
+            raise CalibrationError("data.color_intrinsics/color_translation: colour registration is for folder "
+                                   "datasets (tum, 7scenes, replica); record bags with aligned depth instead")
+        color_camera = (cfg.color_intrinsics, cfg.color_translation)
     if cfg.dataset == "tum":
         from slam.data.tum import TumSource
         src: FrameSource = TumSource(path, max_time_diff=cfg.max_time_diff, intrinsics=cfg.intrinsics,
-                                     distortion=cfg.distortion, depth_scale=cfg.depth_scale, **common)
+                                     distortion=cfg.distortion, depth_scale=cfg.depth_scale,
+                                     color_camera=color_camera, **common)
     elif cfg.dataset == "7scenes":
         from slam.data.sevenscenes import SevenScenesSource
-        src = SevenScenesSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale, **common)
+        src = SevenScenesSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
+                                color_camera=color_camera, **common)
     elif cfg.dataset == "replica":
         from slam.data.replica import ReplicaSource
-        src = ReplicaSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale, **common)
+        src = ReplicaSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
+                            color_camera=color_camera, **common)
     elif cfg.dataset == "rosbag":
         from slam.data.rosbag import RosbagSource
         src = RosbagSource(path, color_topic=cfg.color_topic, depth_topic=cfg.depth_topic,

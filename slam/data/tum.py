@@ -253,7 +253,7 @@ class TumSource(SequenceSource):
 
     def __init__(self, path: str | Path, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
                  downscale: int = 1, max_time_diff: float = 0.02, intrinsics=None, distortion=None,
-                 depth_scale=None) -> None:
+                 depth_scale=None, color_camera=None) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: TUM sequence folder not found")
@@ -277,7 +277,8 @@ class TumSource(SequenceSource):
             pose = interpolate_pose(self.gt_t, self.gt_rows, rgb_t[i], max_time_diff)
             entries.append(Entry(float(rgb_t[i]), folder / rgb_names[i], folder / dep_names[match[i]], pose))
         super().__init__(entries, calib.K, calib.distortion, calib.depth_units, first=first, last=last,
-                         stride=stride, downscale=downscale, expected_size=calib.size, where=str(folder))
+                         stride=stride, downscale=downscale, expected_size=calib.size, where=str(folder),
+                         color_camera=color_camera)
         if len(unmatched):
             log.warning("%s: %d of %d colour images have no depth image within %.3f s and are skipped "
                         "(first at t=%.6f)", folder, len(unmatched), len(rgb_t), max_time_diff,
