@@ -68,6 +68,9 @@ class TrackingConfig:
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
+    jacobian_every: int = 1         # re-evaluate the finite-difference pose Jacobian every N LM
+                                    # iterations (1 = every one); in between it is reused: one
+                                    # render per iteration instead of seven
 
 
 @dataclass
@@ -313,7 +316,7 @@ def validate(cfg: Config) -> None:
     positive = {
         "data.stride": cfg.data.stride, "data.downscale": cfg.data.downscale,
         "data.repeat": cfg.data.repeat, "tracking.pyramid_levels": cfg.tracking.pyramid_levels,
-        "tracking.downscale": cfg.tracking.downscale,
+        "tracking.downscale": cfg.tracking.downscale, "tracking.jacobian_every": cfg.tracking.jacobian_every,
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,

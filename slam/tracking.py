@@ -178,18 +178,28 @@ class Tracker:
                 return TrackResult(T_wc_init.copy(), float("inf"), 0.0, False, False, done)
             damping = self.cfg.damping
             out = self._render(snapshot, obs, T_cw)
-            for _ in range(n_iter):
+            reuse = self.cfg.jacobian_every > 1
+            J_pose = None   # (6, N) unweighted pose rows of the last finite-difference evaluation
+            for it in range(n_iter):
                 mask = valid & (out.alpha > self.cfg.alpha_threshold)
                 r, col = self._stack(out, obs, mask, exposure)
                 # Jacobian rows (one per parameter, one preallocated buffer): 6 pose directions by
                 # forward differences, exposure analytic. Weighted in place by sqrt(w), so
                 # H = J^T W J and g = J^T W r need no second copy of J.
                 J = torch.empty(n_params, r.numel(), device=device)
-                for k in range(6):
-                    out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
-                    r_k, _ = self._stack(out_k, obs, mask, exposure)
-                    torch.sub(r_k, r, out=J[k].view_as(r)).div_(steps[k])
-                    del out_k, r_k
+                if J_pose is None or it % self.cfg.jacobian_every == 0:
+                    for k in range(6):
+                        out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
+                        r_k, _ = self._stack(out_k, obs, mask, exposure)
+                        torch.sub(r_k, r, out=J[k].view_as(r)).div_(steps[k])
+                        del out_k, r_k
+                    if reuse:
+                        J_pose = J[:6].clone()
+                else:
+                    # Reuse the pose Jacobian of a recent iteration (the pose moved little since):
+                    # one render per iteration instead of seven; rows outside the current mask are 0.
+                    m4 = mask.unsqueeze(-1).expand(*mask.shape, 4).reshape(-1).to(J.dtype)
+                    torch.mul(J_pose, m4, out=J[:6])
                 if self.cfg.exposure:
                     gain = torch.exp(exposure[0])
                     J[6].view_as(r)[..., :3] = col * gain
