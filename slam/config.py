@@ -68,6 +68,7 @@ class TrackingConfig:
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
+    converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
     jacobian_every: int = 1         # re-evaluate the finite-difference pose Jacobian every N LM
                                     # iterations (1 = every one); in between it is reused: one
                                     # render per iteration instead of seven

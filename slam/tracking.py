@@ -238,7 +238,7 @@ class Tracker:
                     damping *= 10
                 else:
                     break  # no improving step: converged (or stuck)
-                if float(step_host[:6].abs().max()) < 1e-5:   # host copy: no sync
+                if float(step_host[:6].abs().max()) < self.cfg.converged_step:   # host copy: no sync
                     break
             mask = valid & (out.alpha > self.cfg.alpha_threshold)
             r, _ = self._stack(out, obs, mask, exposure)
