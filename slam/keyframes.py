@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from slam.config import MappingConfig
-from slam.data.preprocess import downscale_color, scale_K
+from slam.data.preprocess import downscale_color, downscale_depth, scale_K
 from slam.geometry import relative_motion
 from slam.observation import Observation
 
@@ -35,10 +35,10 @@ class Keyframe:
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1) -> "Keyframe":
         """Compact copy of ``frame`` at 1/``downscale`` resolution (colour area-averaged, depth
-        sampled at the block centres so no value is invented across edges)."""
+        the median of each block's valid pixels, as the loaders downscale)."""
         color = downscale_color(frame.color, downscale)
         h, w = color.shape[:2]
-        depth = frame.depth[downscale // 2 :: downscale, downscale // 2 :: downscale][:h, :w]
+        depth = downscale_depth(frame.depth, downscale)[:h, :w]
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
                         np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale))
 

@@ -47,3 +47,27 @@ def test_downscale_one_is_identity():
     d = np.ones((4, 4), np.float32)
     assert downscale_depth(d, 1) is d
     assert scale_K(np.eye(3), 1).tolist() == np.eye(3).tolist()
+
+
+def test_tracker_pyramid_downsamples_depth_like_the_loaders():
+    """Observation.downsampled (the tracker's pyramid) and Keyframe.from_frame use the loaders'
+    median-of-valid-pixels rule: a pyramid level equals the frame loaded at that resolution."""
+    import torch
+
+    from slam.data.frame import Frame
+    from slam.data.preprocess import downscale_depth
+    from slam.keyframes import Keyframe
+    from slam.observation import Observation
+
+    rng = np.random.default_rng(3)
+    depth = (rng.random((24, 32)) + 0.5).astype(np.float32)
+    depth[rng.random((24, 32)) < 0.3] = 0.0
+    depth[:4, :4] = 0.0                                   # an all-invalid block stays invalid
+    color = np.zeros((24, 32, 3), np.uint8)
+    obs = Observation.from_numpy(color, depth, np.eye(3), torch.device("cpu"))
+    for s in (2, 4):
+        np.testing.assert_array_equal(obs.downsampled(s).depth.numpy(), downscale_depth(depth, s))
+    assert obs.downsampled(4).depth[0, 0] == 0
+    frame = Frame(index=0, timestamp=0.0, color=color, depth=depth, K=np.eye(3))
+    kf = Keyframe.from_frame(frame, np.eye(4), downscale=2)
+    np.testing.assert_allclose(kf.depth.astype(np.float32), downscale_depth(depth, 2), rtol=1e-3)
