@@ -37,8 +37,7 @@ class Keyframe:
         """Compact copy of ``frame`` at 1/``downscale`` resolution (colour area-averaged, depth
         the median of each block's valid pixels, as the loaders downscale)."""
         color = downscale_color(frame.color, downscale)
-        h, w = color.shape[:2]
-        depth = downscale_depth(frame.depth, downscale)[:h, :w]
+        depth = downscale_depth(frame.depth, downscale)
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
                         np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale))
 

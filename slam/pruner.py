@@ -116,16 +116,13 @@ class Pruner:
         (keeping the map at most ``headroom`` of the budget afterwards when possible).
         Works with the pruner disabled too: the budget is a hard limit."""
         target = int(smap.budget * headroom) - incoming
-        excess = smap.n - max(target, 0)
-        if excess <= 0 or smap.n == 0:
-            return 0
-        excess = min(excess, smap.n)
-        score = self.importance(smap)
-        score = torch.where(smap.stats["age"][: smap.n] > 0, score, torch.full_like(score, float("inf")))
-        score[: smap.frozen] = float("inf")   # a frozen saved map is never cut
-        excess = min(excess, smap.n - smap.frozen)
+        # Only rows above a frozen saved map (localize) can go.
+        excess = min(smap.n - max(target, 0), smap.n - smap.frozen)
         if excess <= 0:
             return 0
+        score = self.importance(smap)
+        score = torch.where(smap.stats["age"][: smap.n] > 0, score, torch.full_like(score, float("inf")))
+        score[: smap.frozen] = float("inf")
         victims = torch.topk(score, excess, largest=False).indices
         mask = torch.zeros(smap.n, dtype=torch.bool, device=score.device)
         mask[victims] = True
