@@ -255,6 +255,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)] if args else list(value)
     if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads '3e-4' (no dot) as a string; accept any plain float literal.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
         return float(value)

@@ -61,6 +61,16 @@ def test_wrong_values_fail_with_the_key(override, message):
         load_config("default.yaml", overrides=[override])
 
 
+def test_exponent_without_dot_is_a_number(tmp_path):
+    # YAML 1.1 (PyYAML) reads 3e-4 as the string '3e-4'; float keys accept it.
+    cfg = load_config("default.yaml", overrides=["tracking.converged_step=3e-4"])
+    assert cfg.tracking.converged_step == pytest.approx(3e-4)
+    f = write(tmp_path / "exp.yaml", "inherit_from: default.yaml\nmapping: {lr_means: 1e-3}\n")
+    assert load_config(f).mapping.lr_means == pytest.approx(1e-3)
+    with pytest.raises(ConfigError, match=r"tracking\.converged_step: expected a number"):
+        load_config("default.yaml", overrides=["tracking.converged_step=small"])
+
+
 def test_missing_config_and_bad_yaml(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_config("nope.yaml")
