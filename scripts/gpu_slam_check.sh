@@ -19,8 +19,7 @@ echo "== 1. pruner ablation (640x480)"
 $PY scripts/pruner_ablation.py --config 7scenes.yaml --out "$OUT/ablation" "${SETS[@]}"
 
 echo "== 2. half resolution (320x240)"
-$PY -m slam.cli --config 7scenes.yaml --out "$OUT/half" --quiet "${SETS[@]}" --set data.downscale=2 --set tracking.downscale=1 \
-    --set mapping.keyframe_downscale=1
+$PY -m slam.cli --config 7scenes.yaml --out "$OUT/half" --quiet "${SETS[@]}" --set data.downscale=2 --set tracking.downscale=1
 
 echo "== 3. map 0-249, localise 250-499"
 $PY -m slam.cli --config 7scenes.yaml --out "$OUT/map_first_half" --quiet "${SETS[@]}" --set data.last=250

@@ -69,6 +69,9 @@ class TrackingConfig:
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
+    analytic_iters: int = 6         # the first N LM iterations (coarse-to-fine order) take the
+                                    # pose Jacobian from the render's image gradients (no extra
+                                    # render); the rest use finite differences (6 extra renders)
     jacobian_every: int = 1         # re-evaluate the finite-difference pose Jacobian every N LM
                                     # iterations (1 = every one); in between it is reused: one
                                     # render per iteration instead of seven
@@ -84,7 +87,8 @@ class MappingConfig:
     keyframe_every: int = 5         # a keyframe at least every N frames ...
     keyframe_translation: float = 0.05  # ... or after this many metres ...
     keyframe_rotation_deg: float = 5.0  # ... or this many degrees
-    keyframe_downscale: int = 1     # stored keyframes are downscaled by this factor
+    keyframe_downscale: Optional[int] = None  # stored keyframes = input / this factor; null =
+                                    # tracking.downscale (map at the resolution the tracker sees)
     lr_means: float = 0.001
     lr_radii: float = 0.01          # on log radius
     lr_colors: float = 0.02
@@ -328,7 +332,7 @@ def validate(cfg: Config) -> None:
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,
         "mapping.densify_stride": cfg.mapping.densify_stride,
-        "mapping.keyframe_downscale": cfg.mapping.keyframe_downscale,
+        "mapping.keyframe_downscale": cfg.mapping.keyframe_downscale or 1,
         "pruner.every": cfg.pruner.every, "pruner.window": cfg.pruner.window,
     }
     for key, value in positive.items():
@@ -342,6 +346,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:
         raise ConfigError("tracking.iters and mapping.iters must be >= 0")
+    if cfg.tracking.analytic_iters < 0:
+        raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

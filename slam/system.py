@@ -72,6 +72,8 @@ class SlamSystem:
     def __init__(self, cfg: Config, device: Optional[torch.device] = None) -> None:
         self.cfg = cfg
         self.device = device or resolve_device(cfg.system.device)
+        # Keyframes are stored at the tracking resolution unless the config says otherwise.
+        self._keyframe_downscale = cfg.mapping.keyframe_downscale or cfg.tracking.downscale
         if self.device.type == "cuda":
             limit_cublas_workspace()
         torch.manual_seed(cfg.system.seed)
@@ -143,7 +145,7 @@ class SlamSystem:
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
-        kf = Keyframe.from_frame(frame, T_wc, self.cfg.mapping.keyframe_downscale) if is_kf else None
+        kf = Keyframe.from_frame(frame, T_wc, self._keyframe_downscale) if is_kf else None
         return rec, kf
 
     def _map_keyframe(self, kf: Keyframe) -> None:

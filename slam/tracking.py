@@ -4,10 +4,14 @@ Per frame: a constant-velocity guess, then Levenberg-Marquardt on a 6-DoF pose i
 (rotation vector about a pivot at the median scene depth + translation, applied on the left of
 the world-to-camera pose) and a per-frame affine exposure (gain, bias), minimising robust (Huber)
 colour + lambda * depth residuals over the pixels the map already explains (rendered alpha above a
-threshold, valid depth away from depth edges). The pose Jacobian comes from finite differences:
-six extra forward renders per iteration and no backward pass, so a handful of iterations converge
-where a first-order optimiser needs dozens. Coarse-to-fine over an image pyramid; stops when the
-step is negligible or no step lowers the cost. The tracker only renders detached snapshots under
+threshold, valid depth away from depth edges). Gauss-Newton needs the pose Jacobian per pixel,
+so a handful of iterations converge where a first-order optimiser needs dozens. Two ways to get
+it, with no backward pass: the first ``analytic_iters`` iterations linearise the render itself
+(its image gradients times the pixel motion of its back-projected depth: no extra render), the
+rest use finite differences (six extra forward renders per iteration: exact for the render,
+including footprint changes and disocclusions, so the final iterations settle where the true
+cost is lowest). Every step is accepted only if a real render lowers the cost. Coarse-to-fine
+over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker only renders detached snapshots under
 ``no_grad``: nothing reaches the map.
 
 Failure detection: too few known pixels, or a final residual far above the recent median. A
@@ -147,6 +151,44 @@ class Tracker:
         a = r.abs()
         return torch.where(a <= k, torch.ones_like(a), k / a.clamp_min(1e-12))
 
+    def _analytic_pose_jacobian(self, out, obs, mask, exposure, z_pivot: float, J6: torch.Tensor) -> None:
+        """Pose rows of the residual Jacobian from the rendered image's own gradients (no extra
+        render): moving the camera by a small increment shifts the rendered surface point seen
+        at pixel u by du, so I_new(u) ~ I(u) - grad I . du and D_new(u) ~ D(u) - grad D . du + dz
+        (the dense RGB-D odometry linearisation, with the render as the reference frame).
+        Disocclusions and footprint changes are ignored; the LM accept test still uses true
+        renders. Writes J6: (6, H*W*4) float32 (rows: rotation about the pivot x/y/z, then
+        translation x/y/z), zero outside ``mask``."""
+        fx, fy, cx, cy = (float(v) for v in (obs.K[0, 0], obs.K[1, 1], obs.K[0, 2], obs.K[1, 2]))
+        H, W = obs.height, obs.width
+        m = mask.to(out.depth.dtype)
+        z = torch.where(mask, out.depth, torch.ones_like(out.depth))
+        dev = z.device
+        u = torch.arange(W, device=dev, dtype=z.dtype).view(1, W)
+        v = torch.arange(H, device=dev, dtype=z.dtype).view(H, 1)
+        x, y = (u - cx) / fx * z, (v - cy) / fy * z
+        # Central differences (one-sided at the border) of colour (H, W, 3) and depth (H, W, 1).
+        img = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
+        gy, gx = torch.gradient(img, dim=(0, 1))
+        # dX/d(delta) for X' = X + w x (X - p) + t with p = (0, 0, z_pivot).
+        zp = z - z_pivot
+        zero, one = torch.zeros_like(z), torch.ones_like(z)
+        dX = [  # (dx, dy, dz) per parameter
+            (zero, -zp, y), (zp, zero, -x), (-y, x, zero),     # rotation about the pivot
+            (one, zero, zero), (zero, one, zero), (zero, zero, one),   # translation
+        ]
+        gain = torch.exp(exposure[0])
+        wd = self.cfg.depth_weight
+        inv_z = 1.0 / z
+        for k, (ax, ay, az) in enumerate(dX):
+            du = fx * inv_z * (ax - x * inv_z * az)
+            dv = fy * inv_z * (ay - y * inv_z * az)
+            rows = J6[k].view(H, W, 4)
+            shift = -(gx * du.unsqueeze(-1) + gy * dv.unsqueeze(-1))    # (H, W, 4)
+            rows[..., :3] = shift[..., :3] * gain
+            rows[..., 3] = (shift[..., 3] + az) * wd
+            rows.mul_(m.unsqueeze(-1))
+
     @torch.no_grad()
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
         """Levenberg-Marquardt on (pose increment, exposure gain/bias) with a finite-difference
@@ -171,7 +213,7 @@ class Tracker:
             # rotation from translation far better than rotating about the camera centre.
             return P @ pose_from_increment(delta6) @ P_inv @ T
 
-        loss_val, known, done = float("inf"), 0.0, 0
+        loss_val, known, done, first_it = float("inf"), 0.0, 0, 0
         for (obs, valid), n_iter in zip(pyramid, self._level_iters(iters)):
             n_valid = int(valid.sum())
             if n_valid == 0:
@@ -181,13 +223,20 @@ class Tracker:
             reuse = self.cfg.jacobian_every > 1
             J_pose = None   # (6, N) unweighted pose rows of the last finite-difference evaluation
             for it in range(n_iter):
+                # The first analytic_iters iterations of the schedule (not of those run).
+                analytic = first_it + it < self.cfg.analytic_iters
                 mask = valid & (out.alpha > self.cfg.alpha_threshold)
+                if analytic:
+                    # Image gradients are meaningless across rendered depth edges.
+                    mask = mask & depth_edge_mask(out.depth)
                 r, col = self._stack(out, obs, mask, exposure)
                 # Jacobian rows (one per parameter, one preallocated buffer): 6 pose directions by
                 # forward differences, exposure analytic. Weighted in place by sqrt(w), so
                 # H = J^T W J and g = J^T W r need no second copy of J.
                 J = torch.empty(n_params, r.numel(), device=device)
-                if J_pose is None or it % self.cfg.jacobian_every == 0:
+                if analytic:
+                    self._analytic_pose_jacobian(out, obs, mask, exposure, z_pivot, J[:6])
+                elif J_pose is None or it % self.cfg.jacobian_every == 0:
                     for k in range(6):
                         out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
                         r_k, _ = self._stack(out_k, obs, mask, exposure)
@@ -240,6 +289,7 @@ class Tracker:
                     break  # no improving step: converged (or stuck)
                 if float(step_host[:6].abs().max()) < self.cfg.converged_step:   # host copy: no sync
                     break
+            first_it += n_iter
             mask = valid & (out.alpha > self.cfg.alpha_threshold)
             r, _ = self._stack(out, obs, mask, exposure)
             cnt = max(int(mask.sum()), 1)

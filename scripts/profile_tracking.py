@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Where the tracker's time goes: build a map on the first frames of a sequence (single-thread
+mode), then track the next frames against that frozen map under torch.profiler and print the
+wall time per frame, the renders per frame and the top operators by host and device time.
+
+    python scripts/profile_tracking.py --config 7scenes.yaml --map-frames 60 --frames 20 \
+        --set data.path=/path/to/7scenes-redkitchen-0000-0499
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from slam.config import load_config
+from slam.data.sources import open_source
+from slam.observation import Observation
+from slam.system import SlamSystem
+from slam.tracking import Tracker
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="default.yaml")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--map-frames", type=int, default=60, help="frames mapped before profiling")
+    ap.add_argument("--frames", type=int, default=20, help="frames tracked under the profiler")
+    ap.add_argument("--rows", type=int, default=25, help="operators listed")
+    args = ap.parse_args()
+
+    base = load_config(args.config, args.set)
+    first = base.data.first
+    cfg = load_config(args.config, [*args.set, "system.threaded=false", "system.progress=false",
+                                    f"data.last={first + args.map_frames}", "mapping.final_iters=0"])
+    system = SlamSystem(cfg)
+    system.run(open_source(cfg.data))
+    snap = system.smap.latest()
+    print(f"map: {snap.means.shape[0]:,} spheres after {args.map_frames} frames on {system.device}")
+
+    more = load_config(args.config, [*args.set, f"data.first={first + args.map_frames}",
+                                     f"data.last={first + args.map_frames + args.frames}"])
+    frames = list(open_source(more.data))
+    records = system.recorder.snapshot()[0]
+    obs = [Observation.from_numpy(f.color, f.depth, f.K, system.device) for f in frames]
+    renders = {"n": 0}
+
+    def fresh_tracker() -> Tracker:
+        tracker = Tracker(cfg.tracking, cfg.raster.backend)
+        tracker.initialise(records[-1].T_wc)
+        tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
+        render = tracker._render
+
+        def counting(*a):
+            renders["n"] += 1
+            return render(*a)
+
+        tracker._render = counting
+        return tracker
+
+    fresh_tracker().track(obs[0], snap)  # warm-up (allocator, kernels)
+    sync = torch.cuda.synchronize if system.device.type == "cuda" else (lambda: None)
+    n = len(obs)
+
+    def timed() -> float:
+        tracker = fresh_tracker()
+        renders["n"] = 0
+        sync()
+        t0 = time.perf_counter()
+        for o in obs:
+            tracker.track(o, snap)
+        sync()
+        return (time.perf_counter() - t0) * 1000 / n
+
+    ms = timed()
+    print(f"tracking: {ms:.1f} ms/frame, {renders['n'] / n:.1f} renders/frame, "
+          f"{ms * n / max(renders['n'], 1):.2f} ms per render (all included)")
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if system.device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts) as prof:
+        ms = timed()
+    print(f"under the profiler: {ms:.1f} ms/frame")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    if system.device.type == "cuda":
+        try:
+            print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.rows))
+        except (KeyError, AttributeError, RuntimeError):  # older torch names it cuda_time
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.rows))
+
+if __name__ == "__main__":
+    main()
