@@ -45,6 +45,26 @@ def pose_from_increment(delta: torch.Tensor) -> torch.Tensor:
     return torch.cat([top, T[3:]], dim=0)
 
 
+def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:
+    """delta (6,) = (rotation vector rad, translation m) applied about the pivot (0, 0, z_pivot)
+    of the camera frame -> (4, 4) float64: X' = R (X - p) + p + t. Host math (numpy): the tracker
+    composes dozens of these per frame, each a handful of tiny kernels on a GPU."""
+    phi = np.asarray(delta[:3], dtype=np.float64)
+    theta2 = float(phi @ phi)
+    if theta2 < 1e-16:
+        a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
+    else:
+        theta = math.sqrt(theta2)
+        a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
+    W = np.array([[0.0, -phi[2], phi[1]], [phi[2], 0.0, -phi[0]], [-phi[1], phi[0], 0.0]])
+    R = np.eye(3) + a * W + b * (W @ W)
+    p = np.array([0.0, 0.0, z_pivot])
+    out = np.eye(4)
+    out[:3, :3] = R
+    out[:3, 3] = p - R @ p + np.asarray(delta[3:6], dtype=np.float64)
+    return out
+
+
 def invert(T: torch.Tensor) -> torch.Tensor:
     """Inverse of a rigid 4x4 transform (torch or numpy)."""
     if isinstance(T, np.ndarray):
@@ -61,7 +81,7 @@ def invert(T: torch.Tensor) -> torch.Tensor:
 
 def transform_points(T: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """Apply 4x4 ``T`` to points (N, 3) -> (N, 3)."""
-    return points @ T[:3, :3].T + T[:3, 3]
+    return torch.addmm(T[:3, 3], points, T[:3, :3].T)   # one kernel: points @ R^T + t
 
 
 def rotation_angle(R) -> float:

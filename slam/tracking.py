@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from slam.config import TrackingConfig
-from slam.geometry import constant_velocity_guess, invert, orthonormalize, pose_from_increment
+from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot_increment
 from slam.observation import Observation, depth_edge_mask
 from slam.render import render_spheres
 from slam.sphere_map import MapSnapshot
@@ -61,6 +61,7 @@ class Tracker:
         self.recent_losses: deque = deque(maxlen=30)
         self.failures = 0
         self.recoveries = 0
+        self._huber: dict = {}   # device -> (4,) Huber thresholds of the residual channels
 
     # ------------------------------------------------------------------ public
     def initialise(self, T_wc: np.ndarray) -> None:
@@ -129,89 +130,95 @@ class Tracker:
         per = [coarse // (n - 1)] * (n - 1)
         return per + [total - sum(per)]
 
-    def _render(self, snapshot, obs, T_cw):
+    def _render(self, snapshot, obs, T_cw: np.ndarray):
+        """Render ``snapshot`` from the host pose T_cw (4, 4) float64 (one small upload)."""
+        T = torch.as_tensor(T_cw, dtype=torch.float32).to(snapshot.means.device)
         return render_spheres(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities,
-                              T_cw, obs.K, obs.width, obs.height, backend=self.backend)
+                              T, obs.K, obs.width, obs.height, backend=self.backend)
 
-    def _stack(self, out, obs, mask, exposure):
-        """Dense residual image (H, W, 4): 3 colour values (after exposure) and 1 depth value
-        (times depth_weight), zero outside ``mask`` (fixed shapes: no boolean indexing, so no
-        host sync); also the rendered colour times the mask for the exposure Jacobian."""
-        m = mask.unsqueeze(-1).to(out.color.dtype)
-        gain, bias = torch.exp(exposure[0]), exposure[1]
-        col = out.color * m
-        r_c = (out.color * gain + bias - obs.color) * m
-        r_d = (out.depth - obs.depth).unsqueeze(-1) * m * self.cfg.depth_weight
-        return torch.cat([r_c, r_d], dim=-1), col
+    def _target(self, obs: Observation) -> torch.Tensor:
+        """(H, W, 4) what a render is compared with: colour (3) and depth * depth_weight."""
+        return torch.cat([obs.color, obs.depth.unsqueeze(-1) * self.cfg.depth_weight], dim=-1)
+
+    def _affine(self, exposure: tuple[float, float], device) -> torch.Tensor:
+        """(2, 4) per-channel scale and offset that map a render onto the target: colour gets
+        the exposure (gain = exp(log_gain), bias), depth the depth weight."""
+        gain, bias = math.exp(exposure[0]), exposure[1]
+        return torch.tensor([[gain, gain, gain, self.cfg.depth_weight], [bias, bias, bias, 0.0]],
+                            dtype=torch.float32).to(device)
+
+    @staticmethod
+    def _residual(out, target: torch.Tensor, m: torch.Tensor, affine: torch.Tensor) -> torch.Tensor:
+        """Dense residual (H, W, 4): 3 colour values (after exposure) and 1 depth value (times
+        depth_weight), zero where the float mask ``m`` (H, W, 1) is 0. Fixed shapes: no boolean
+        indexing, so no host sync."""
+        rendered = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
+        return torch.addcmul(affine[1], rendered, affine[0]).sub_(target).mul_(m)
 
     def _robust_weights(self, r: torch.Tensor) -> torch.Tensor:
         """IRLS weights of the Huber loss per residual (H, W, 4): 1 inside the threshold
         (0.1 colour, 0.05 m depth), k/|r| outside."""
-        k = r.new_tensor([0.1, 0.1, 0.1, 0.05 * self.cfg.depth_weight])
-        a = r.abs()
-        return torch.where(a <= k, torch.ones_like(a), k / a.clamp_min(1e-12))
+        k = self._huber.get(r.device)
+        if k is None:
+            k = self._huber[r.device] = r.new_tensor([0.1, 0.1, 0.1, 0.05 * self.cfg.depth_weight])
+        return k / torch.maximum(r.abs(), k)
 
-    def _analytic_pose_jacobian(self, out, obs, mask, exposure, z_pivot: float, J6: torch.Tensor) -> None:
+    def _robust_cost(self, r: torch.Tensor) -> torch.Tensor:
+        """sum of w r^2 with the Huber IRLS weights (a 0-d device tensor)."""
+        return (self._robust_weights(r) * r * r).sum()
+
+    def _analytic_pose_jacobian(self, out, obs, mask, gain: float, z_pivot: float, J6: torch.Tensor) -> None:
         """Pose rows of the residual Jacobian from the rendered image's own gradients (no extra
         render): moving the camera by a small increment shifts the rendered surface point seen
         at pixel u by du, so I_new(u) ~ I(u) - grad I . du and D_new(u) ~ D(u) - grad D . du + dz
         (the dense RGB-D odometry linearisation, with the render as the reference frame).
         Disocclusions and footprint changes are ignored; the LM accept test still uses true
-        renders. Writes J6: (6, H*W*4) float32 (rows: rotation about the pivot x/y/z, then
+        renders. ``mask``: (H, W) bool; ``gain``: the exposure gain on colour. Writes J6:
+        (6, H*W*4) float32 (rows: rotation about the pivot (0, 0, z_pivot) x/y/z, then
         translation x/y/z), zero outside ``mask``."""
-        fx, fy, cx, cy = (float(v) for v in (obs.K[0, 0], obs.K[1, 1], obs.K[0, 2], obs.K[1, 2]))
+        (fx, _, cx), (_, fy, cy), _ = obs.K.tolist()
         H, W = obs.height, obs.width
-        m = mask.to(out.depth.dtype)
         z = torch.where(mask, out.depth, torch.ones_like(out.depth))
+        iz = 1.0 / z
         dev = z.device
-        u = torch.arange(W, device=dev, dtype=z.dtype).view(1, W)
-        v = torch.arange(H, device=dev, dtype=z.dtype).view(H, 1)
-        x, y = (u - cx) / fx * z, (v - cy) / fy * z
-        # Central differences (one-sided at the border) of colour (H, W, 3) and depth (H, W, 1).
-        img = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
-        gy, gx = torch.gradient(img, dim=(0, 1))
-        # dX/d(delta) for X' = X + w x (X - p) + t with p = (0, 0, z_pivot).
-        zp = z - z_pivot
-        zero, one = torch.zeros_like(z), torch.ones_like(z)
-        dX = [  # (dx, dy, dz) per parameter
-            (zero, -zp, y), (zp, zero, -x), (-y, x, zero),     # rotation about the pivot
-            (one, zero, zero), (zero, one, zero), (zero, zero, one),   # translation
-        ]
-        gain = torch.exp(exposure[0])
-        wd = self.cfg.depth_weight
-        inv_z = 1.0 / z
-        for k, (ax, ay, az) in enumerate(dX):
-            du = fx * inv_z * (ax - x * inv_z * az)
-            dv = fy * inv_z * (ay - y * inv_z * az)
-            rows = J6[k].view(H, W, 4)
-            shift = -(gx * du.unsqueeze(-1) + gy * dv.unsqueeze(-1))    # (H, W, 4)
-            rows[..., :3] = shift[..., :3] * gain
-            rows[..., 3] = (shift[..., 3] + az) * wd
-            rows.mul_(m.unsqueeze(-1))
+        xn = ((torch.arange(W, device=dev, dtype=z.dtype) - cx) / fx).view(1, W).expand(H, W)
+        yn = ((torch.arange(H, device=dev, dtype=z.dtype) - cy) / fy).view(H, 1).expand(H, W)
+        xy = xn * yn
+        rz = 1.0 - z_pivot * iz          # (z - z_pivot) / z
+        zero = torch.zeros_like(z)
+        # Pixel motion (du, dv) and depth change dz per unit of each parameter, for
+        # X' = X + w x (X - p) + t, with X = z (xn, yn, 1).
+        du = torch.stack([-fx * xy, fx * (rz + xn * xn), -fx * yn, fx * iz, zero, -fx * xn * iz])
+        dv = torch.stack([-fy * (rz + yn * yn), fy * xy, fy * xn, zero, fy * iz, -fy * yn * iz])
+        dz = torch.stack([yn * z, -xn * z, zero, zero, zero, torch.ones_like(z)])
+        img = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)      # (H, W, 4)
+        gy, gx = torch.gradient(img, dim=(0, 1))    # central differences, one-sided at borders
+        rows = J6.view(6, H, W, 4)
+        torch.mul(gx, du.unsqueeze(-1), out=rows)
+        rows.addcmul_(gy, dv.unsqueeze(-1)).neg_()
+        rows[..., 3].add_(dz)
+        scale = torch.tensor([gain, gain, gain, self.cfg.depth_weight], dtype=torch.float32).to(dev)
+        rows.mul_(scale).mul_(mask.unsqueeze(-1).to(rows.dtype))
 
     @torch.no_grad()
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
-        """Levenberg-Marquardt on (pose increment, exposure gain/bias) with a finite-difference
-        pose Jacobian (6 extra forward renders per iteration, no backward pass) and Huber
-        weights (IRLS). Returns the estimate and its L1 residual on the finest level."""
+        """Levenberg-Marquardt on (pose increment, exposure log-gain/bias) with Huber weights
+        (IRLS); the pose Jacobian is analytic for the first ``analytic_iters`` iterations, by
+        finite differences after. The pose and exposure live on the host (float64); the device
+        only renders and reduces. Returns the estimate and its L1 residual on the finest level."""
         device = snapshot.means.device
-        T_cw = torch.as_tensor(invert(T_wc_init), dtype=torch.float32, device=device)
-        exposure = torch.zeros(2, device=device)
+        T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
+        exposure = (0.0, 0.0)   # (log gain, bias)
         finest = pyramid[-1][0].depth
         ok_depth = finest > 0
         z_pivot = float(finest[ok_depth].median()) if bool(ok_depth.any()) else 1.0
-        P = torch.eye(4, device=device)
-        P[2, 3] = z_pivot
-        P_inv = torch.eye(4, device=device)
-        P_inv[2, 3] = -z_pivot
         steps = [self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3
         n_params = 8 if self.cfg.exposure else 6
-        eye6 = torch.eye(6, device=device)
 
         def moved(T, delta6):
             # Rotation about a pivot at the median scene depth on the optical axis: decouples
             # rotation from translation far better than rotating about the camera centre.
-            return P @ pose_from_increment(delta6) @ P_inv @ T
+            return pivot_increment(delta6, z_pivot) @ T
 
         loss_val, known, done, first_it = float("inf"), 0.0, 0, 0
         for (obs, valid), n_iter in zip(pyramid, self._level_iters(iters)):
@@ -219,6 +226,8 @@ class Tracker:
             if n_valid == 0:
                 return TrackResult(T_wc_init.copy(), float("inf"), 0.0, False, False, done)
             damping = self.cfg.damping
+            target = self._target(obs)
+            affine = self._affine(exposure, device)
             out = self._render(snapshot, obs, T_cw)
             reuse = self.cfg.jacobian_every > 1
             J_pose = None   # (6, N) unweighted pose rows of the last finite-difference evaluation
@@ -229,31 +238,32 @@ class Tracker:
                 if analytic:
                     # Image gradients are meaningless across rendered depth edges.
                     mask = mask & depth_edge_mask(out.depth)
-                r, col = self._stack(out, obs, mask, exposure)
-                # Jacobian rows (one per parameter, one preallocated buffer): 6 pose directions by
-                # forward differences, exposure analytic. Weighted in place by sqrt(w), so
-                # H = J^T W J and g = J^T W r need no second copy of J.
+                m = mask.unsqueeze(-1).to(target.dtype)
+                r = self._residual(out, target, m, affine)
+                # Jacobian rows (one per parameter, one preallocated buffer), weighted in place by
+                # sqrt(w), so H = J^T W J and g = J^T W r need no second copy of J.
                 J = torch.empty(n_params, r.numel(), device=device)
                 if analytic:
-                    self._analytic_pose_jacobian(out, obs, mask, exposure, z_pivot, J[:6])
+                    self._analytic_pose_jacobian(out, obs, mask, math.exp(exposure[0]), z_pivot, J[:6])
                 elif J_pose is None or it % self.cfg.jacobian_every == 0:
                     for k in range(6):
-                        out_k = self._render(snapshot, obs, moved(T_cw, eye6[k] * steps[k]))
-                        r_k, _ = self._stack(out_k, obs, mask, exposure)
+                        delta = np.zeros(6)
+                        delta[k] = steps[k]
+                        r_k = self._residual(self._render(snapshot, obs, moved(T_cw, delta)), target, m, affine)
                         torch.sub(r_k, r, out=J[k].view_as(r)).div_(steps[k])
-                        del out_k, r_k
+                        del r_k
                     if reuse:
                         J_pose = J[:6].clone()
                 else:
                     # Reuse the pose Jacobian of a recent iteration (the pose moved little since):
                     # one render per iteration instead of seven; rows outside the current mask are 0.
-                    m4 = mask.unsqueeze(-1).expand(*mask.shape, 4).reshape(-1).to(J.dtype)
-                    torch.mul(J_pose, m4, out=J[:6])
+                    torch.mul(J_pose.view(6, *r.shape), m, out=J[:6].view(6, *r.shape))
                 if self.cfg.exposure:
-                    gain = torch.exp(exposure[0])
-                    J[6].view_as(r)[..., :3] = col * gain
-                    J[7].view_as(r)[..., :3] = mask.unsqueeze(-1).to(col.dtype)
-                    J[6:8].view(2, *r.shape)[..., 3] = 0
+                    # d r_colour / d log_gain = gain * colour; d r_colour / d bias = 1 (masked).
+                    ex = J[6:8].view(2, *r.shape)
+                    ex[..., 3] = 0
+                    torch.mul(out.color, m, out=ex[0, ..., :3]).mul_(math.exp(exposure[0]))
+                    ex[1, ..., :3] = m
                 w = self._robust_weights(r).reshape(-1)
                 rv = r.reshape(-1)
                 sw = w.sqrt()
@@ -272,29 +282,28 @@ class Tracker:
                 # LM: try the step, accept if the robust cost drops, else damp harder.
                 for _attempt in range(4):
                     A = Hd + damping * torch.diag(Hd.diagonal().clamp_min(1e-9))
-                    step_host = (-torch.linalg.solve(A, gd)).float()
-                    step = step_host.to(device)
+                    step = (-torch.linalg.solve(A, gd)).numpy()
                     T_new = moved(T_cw, step[:6])
-                    exp_new = exposure + step[6:8] if n_params == 8 else exposure
+                    exp_new = (exposure[0] + step[6], exposure[1] + step[7]) if n_params == 8 else exposure
+                    aff_new = self._affine(exp_new, device) if n_params == 8 else affine
                     out_new = self._render(snapshot, obs, T_new)
-                    r_new, _ = self._stack(out_new, obs, mask, exp_new)
-                    cost_new = float((self._robust_weights(r_new) * r_new * r_new).sum())
+                    cost_new = float(self._robust_cost(self._residual(out_new, target, m, aff_new)))
                     done += 1
                     if cost_new <= cost:
-                        T_cw, exposure, out = T_new, exp_new, out_new
+                        T_cw, exposure, affine, out = T_new, exp_new, aff_new, out_new
                         damping = max(damping * 0.3, 1e-6)
                         break
                     damping *= 10
                 else:
                     break  # no improving step: converged (or stuck)
-                if float(step_host[:6].abs().max()) < self.cfg.converged_step:   # host copy: no sync
+                if float(np.abs(step[:6]).max()) < self.cfg.converged_step:
                     break
             first_it += n_iter
             mask = valid & (out.alpha > self.cfg.alpha_threshold)
-            r, _ = self._stack(out, obs, mask, exposure)
+            r = self._residual(out, target, mask.unsqueeze(-1).to(target.dtype), affine)
             cnt = max(int(mask.sum()), 1)
             a = r.abs().sum(dim=(0, 1))
             loss_val = float(a[:3].sum() + a[3]) / cnt   # L1 colour (3 channels) + lambda * L1 depth
             known = cnt / max(float(n_valid), 1.0)
-        T_wc = orthonormalize(invert(T_cw.double().cpu().numpy()))
+        T_wc = orthonormalize(invert(T_cw))
         return TrackResult(T_wc, loss_val, known, True, False, done)

@@ -72,3 +72,14 @@ def test_motion_model_stays_a_rigid_transform_over_many_frames():
         prev2, prev = prev, nxt
     R = constant_velocity_guess(prev2, prev)[:3, :3]
     assert abs(np.linalg.det(R) - 1) < 1e-9
+
+
+def test_pivot_increment_matches_the_torch_composition():
+    from slam.geometry import pivot_increment
+    rng = np.random.default_rng(3)
+    for scale in (1e-9, 1e-3, 0.3):
+        delta = rng.normal(size=6) * scale
+        P, P_inv = torch.eye(4, dtype=torch.float64), torch.eye(4, dtype=torch.float64)
+        P[2, 3], P_inv[2, 3] = 1.7, -1.7
+        want = (P @ pose_from_increment(torch.as_tensor(delta)) @ P_inv).numpy()
+        np.testing.assert_allclose(pivot_increment(delta, 1.7), want, atol=1e-12)
