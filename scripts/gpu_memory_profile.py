@@ -3,7 +3,8 @@
 
     python scripts/gpu_memory_profile.py --config 7scenes.yaml [--set KEY=VALUE ...] [--top 15]
 
-Runs the system in-process (sequential mode, so the peak is reproducible) with PyTorch's CUDA
+Runs the system in-process (sequential mode by default, so the peak is reproducible;
+``--set system.threaded=true`` profiles the threaded run, whose peak varies) with PyTorch's CUDA
 allocation history recording on, replays the history to find the moment of the peak, and prints
 the live bytes at that moment grouped by the innermost source line of this project that
 allocated them. Also prints the peak, the final sphere count and how many bytes per sphere the
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("gpu_memory_profile: needs a CUDA device", file=sys.stderr)
         return 2
-    cfg = load_config(args.config, args.set + ["system.threaded=false", "system.progress=false"])
+    cfg = load_config(args.config, ["system.threaded=false", "system.progress=false"] + args.set)
     system = SlamSystem(cfg)
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     system.run(open_source(cfg.data))

@@ -72,9 +72,6 @@ class TrackingConfig:
     analytic_iters: int = 6         # the first N LM iterations (coarse-to-fine order) take the
                                     # pose Jacobian from the render's image gradients (no extra
                                     # render); the rest use finite differences (6 extra renders)
-    jacobian_every: int = 1         # re-evaluate the finite-difference pose Jacobian every N LM
-                                    # iterations (1 = every one); in between it is reused: one
-                                    # render per iteration instead of seven
 
 
 @dataclass
@@ -327,7 +324,7 @@ def validate(cfg: Config) -> None:
     positive = {
         "data.stride": cfg.data.stride, "data.downscale": cfg.data.downscale,
         "data.repeat": cfg.data.repeat, "tracking.pyramid_levels": cfg.tracking.pyramid_levels,
-        "tracking.downscale": cfg.tracking.downscale, "tracking.jacobian_every": cfg.tracking.jacobian_every,
+        "tracking.downscale": cfg.tracking.downscale,
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,

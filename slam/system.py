@@ -13,6 +13,8 @@ mode runs the same steps in one thread in a fixed order: identical results run t
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 import threading
@@ -74,6 +76,10 @@ class SlamSystem:
         self.device = device or resolve_device(cfg.system.device)
         # Keyframes are stored at the tracking resolution unless the config says otherwise.
         self._keyframe_downscale = cfg.mapping.keyframe_downscale or cfg.tracking.downscale
+        # Frames go to the device already at the tracking resolution (the full-resolution images
+        # never sit next to the tracker's Jacobian), so tracker and relocaliser see downscale 1.
+        self._track_downscale = cfg.tracking.downscale
+        self._track_cfg = dataclasses.replace(cfg.tracking, downscale=1)
         if self.device.type == "cuda":
             limit_cublas_workspace()
         torch.manual_seed(cfg.system.seed)
@@ -89,7 +95,7 @@ class SlamSystem:
                  "colors": cfg.mapping.lr_colors, "opacities": cfg.mapping.lr_opacities},
         )
         self.store = KeyframeStore(cfg.mapping.max_keyframes, seed=cfg.system.seed)
-        self.tracker = Tracker(cfg.tracking, backend)
+        self.tracker = Tracker(self._track_cfg, backend)
         self.selector = KeyframeSelector(cfg.mapping)
         self.mapper = Mapper(cfg.mapping, cfg.pruner, self.smap, self.store, backend, seed=cfg.system.seed)
         self.recorder = RunRecorder()
@@ -114,7 +120,7 @@ class SlamSystem:
     # ------------------------------------------------------------------ steps shared by both modes
     def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
         t0 = time.perf_counter()
-        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
+        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device).downsampled(self._track_downscale)
         snap = self.smap.latest()
         if snap is None:  # first frame: it defines the world (ground-truth frame when known)
             T_wc = frame.gt_pose.copy() if frame.gt_pose is not None else np.eye(4)
@@ -177,7 +183,7 @@ class SlamSystem:
         self.smap.publish()
         for kf in keyframes:  # continue: the mapper's window; both: the run folder stays self-contained
             self.store.add(kf)
-        self.relocaliser = Relocaliser(keyframes, self.cfg.tracking, self.cfg.raster.backend)
+        self.relocaliser = Relocaliser(keyframes, self._track_cfg, self.cfg.raster.backend)
         self.mode = mode
         log.info("saved map %s: %d spheres, %d keyframes, mode %s", map_path, rows.shape[0], len(keyframes), mode)
 
@@ -226,7 +232,7 @@ class SlamSystem:
         from slam.relocalise import Relocaliser
 
         keyframes = list(self.store.items)  # a copy: the mapper may add or drop keyframes meanwhile
-        res = Relocaliser(keyframes, self.cfg.tracking, self.cfg.raster.backend).relocalise(obs, snap)
+        res = Relocaliser(keyframes, self._track_cfg, self.cfg.raster.backend).relocalise(obs, snap)
         res.frame = index
         self.reloc_results.append(res)
         log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from functools import partial
 from dataclasses import dataclass
 from typing import Optional
 
@@ -183,22 +184,71 @@ class Tracker:
         dev = z.device
         xn = ((torch.arange(W, device=dev, dtype=z.dtype) - cx) / fx).view(1, W).expand(H, W)
         yn = ((torch.arange(H, device=dev, dtype=z.dtype) - cy) / fy).view(H, 1).expand(H, W)
-        xy = xn * yn
         rz = 1.0 - z_pivot * iz          # (z - z_pivot) / z
-        zero = torch.zeros_like(z)
         # Pixel motion (du, dv) and depth change dz per unit of each parameter, for
-        # X' = X + w x (X - p) + t, with X = z (xn, yn, 1).
-        du = torch.stack([-fx * xy, fx * (rz + xn * xn), -fx * yn, fx * iz, zero, -fx * xn * iz])
-        dv = torch.stack([-fy * (rz + yn * yn), fy * xy, fy * xn, zero, fy * iz, -fy * yn * iz])
-        dz = torch.stack([yn * z, -xn * z, zero, zero, zero, torch.ones_like(z)])
+        # X' = X + w x (X - p) + t with X = z (xn, yn, 1); None = identically zero. One parameter
+        # at a time: (H, W) temporaries only, not (6, H, W) stacks.
+        motions = (
+            lambda: (-fx * xn * yn, -fy * (rz + yn * yn), yn * z),    # rotation about x
+            lambda: (fx * (rz + xn * xn), fy * xn * yn, -xn * z),     # rotation about y
+            lambda: (-fx * yn, fy * xn, None),                        # rotation about z
+            lambda: (fx * iz, None, None),                            # translation x
+            lambda: (None, fy * iz, None),                            # translation y
+            lambda: (-fx * xn * iz, -fy * yn * iz, 1.0),              # translation z
+        )
         img = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)      # (H, W, 4)
         gy, gx = torch.gradient(img, dim=(0, 1))    # central differences, one-sided at borders
+        del img
         rows = J6.view(6, H, W, 4)
-        torch.mul(gx, du.unsqueeze(-1), out=rows)
-        rows.addcmul_(gy, dv.unsqueeze(-1)).neg_()
-        rows[..., 3].add_(dz)
+        for k, motion in enumerate(motions):
+            du, dv, dz = motion()
+            row = rows[k]
+            if du is None:
+                torch.mul(gy, dv.unsqueeze(-1), out=row)
+            else:
+                torch.mul(gx, du.unsqueeze(-1), out=row)
+                if dv is not None:
+                    row.addcmul_(gy, dv.unsqueeze(-1))
+            row.neg_()
+            if dz is not None:
+                row[..., 3].add_(dz)
         scale = torch.tensor([gain, gain, gain, self.cfg.depth_weight], dtype=torch.float32).to(dev)
         rows.mul_(scale).mul_(mask.unsqueeze(-1).to(rows.dtype))
+
+    def _fd_pose_jacobian(self, snapshot, obs, target, m, affine, r, T_cw, moved, J6) -> None:
+        """Pose rows of the residual Jacobian by forward differences of real renders (6 extra
+        renders): exact for the render, footprint changes and disocclusions included. Writes
+        J6: (6, H*W*4), zero where ``m`` is 0."""
+        steps = [self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3
+        for k in range(6):
+            delta = np.zeros(6)
+            delta[k] = steps[k]
+            r_k = self._residual(self._render(snapshot, obs, moved(T_cw, delta)), target, m, affine)
+            torch.sub(r_k, r, out=J6[k].view_as(r)).div_(steps[k])
+
+    def _normal_equations(self, r, out, m, exposure, pose_jacobian):
+        """Gauss-Newton normal equations of the Huber-weighted residual ``r`` (H, W, 4):
+        H = J^T W J and g = J^T W r over (6 pose + 2 exposure) parameters, and the robust cost,
+        copied to the host in one sync as float64 (Hd (P, P), gd (P,), cost). ``pose_jacobian``
+        fills the six pose rows. The Jacobian (one buffer, weighted in place by sqrt(w)) and
+        every other image-sized temporary die with this call."""
+        n_params = 8 if self.cfg.exposure else 6
+        J = torch.empty(n_params, r.numel(), device=r.device)
+        pose_jacobian(J[:6])
+        if self.cfg.exposure:
+            # d r_colour / d log_gain = gain * colour; d r_colour / d bias = 1 (masked).
+            ex = J[6:8].view(2, *r.shape)
+            ex[..., 3] = 0
+            torch.mul(out.color, m, out=ex[0, ..., :3]).mul_(math.exp(exposure[0]))
+            ex[1, ..., :3] = m
+        w = self._robust_weights(r).reshape(-1)
+        rv = r.reshape(-1)
+        sw = w.sqrt()
+        J.mul_(sw)
+        packed = torch.cat([(J @ J.T).reshape(-1), J @ (sw * rv), (w * rv * rv).sum().reshape(1)])
+        packed = packed.double().cpu()
+        Hd = packed[: n_params * n_params].reshape(n_params, n_params)
+        return Hd, packed[n_params * n_params : -1], float(packed[-1])
 
     @torch.no_grad()
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
@@ -212,7 +262,6 @@ class Tracker:
         finest = pyramid[-1][0].depth
         ok_depth = finest > 0
         z_pivot = float(finest[ok_depth].median()) if bool(ok_depth.any()) else 1.0
-        steps = [self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3
         n_params = 8 if self.cfg.exposure else 6
 
         def moved(T, delta6):
@@ -229,8 +278,6 @@ class Tracker:
             target = self._target(obs)
             affine = self._affine(exposure, device)
             out = self._render(snapshot, obs, T_cw)
-            reuse = self.cfg.jacobian_every > 1
-            J_pose = None   # (6, N) unweighted pose rows of the last finite-difference evaluation
             for it in range(n_iter):
                 # The first analytic_iters iterations of the schedule (not of those run).
                 analytic = first_it + it < self.cfg.analytic_iters
@@ -240,43 +287,12 @@ class Tracker:
                     mask = mask & depth_edge_mask(out.depth)
                 m = mask.unsqueeze(-1).to(target.dtype)
                 r = self._residual(out, target, m, affine)
-                # Jacobian rows (one per parameter, one preallocated buffer), weighted in place by
-                # sqrt(w), so H = J^T W J and g = J^T W r need no second copy of J.
-                J = torch.empty(n_params, r.numel(), device=device)
                 if analytic:
-                    self._analytic_pose_jacobian(out, obs, mask, math.exp(exposure[0]), z_pivot, J[:6])
-                elif J_pose is None or it % self.cfg.jacobian_every == 0:
-                    for k in range(6):
-                        delta = np.zeros(6)
-                        delta[k] = steps[k]
-                        r_k = self._residual(self._render(snapshot, obs, moved(T_cw, delta)), target, m, affine)
-                        torch.sub(r_k, r, out=J[k].view_as(r)).div_(steps[k])
-                        del r_k
-                    if reuse:
-                        J_pose = J[:6].clone()
+                    pose_jac = partial(self._analytic_pose_jacobian, out, obs, mask, math.exp(exposure[0]), z_pivot)
                 else:
-                    # Reuse the pose Jacobian of a recent iteration (the pose moved little since):
-                    # one render per iteration instead of seven; rows outside the current mask are 0.
-                    torch.mul(J_pose.view(6, *r.shape), m, out=J[:6].view(6, *r.shape))
-                if self.cfg.exposure:
-                    # d r_colour / d log_gain = gain * colour; d r_colour / d bias = 1 (masked).
-                    ex = J[6:8].view(2, *r.shape)
-                    ex[..., 3] = 0
-                    torch.mul(out.color, m, out=ex[0, ..., :3]).mul_(math.exp(exposure[0]))
-                    ex[1, ..., :3] = m
-                w = self._robust_weights(r).reshape(-1)
-                rv = r.reshape(-1)
-                sw = w.sqrt()
-                J.mul_(sw)
-                H = J @ J.T
-                g = J @ (sw * rv)
-                del J
-                # One device->host copy (one sync) for the normal equations and the cost; the
-                # 8x8 solve runs on the host in float64.
-                packed = torch.cat([H.reshape(-1), g, (w * rv * rv).sum().reshape(1)]).double().cpu()
-                Hd = packed[: n_params * n_params].reshape(n_params, n_params)
-                gd = packed[n_params * n_params : -1]
-                cost = float(packed[-1])
+                    pose_jac = partial(self._fd_pose_jacobian, snapshot, obs, target, m, affine, r, T_cw, moved)
+                Hd, gd, cost = self._normal_equations(r, out, m, exposure, pose_jac)
+                del r, pose_jac   # image-sized: free before the trial renders
                 if cost == 0.0:
                     break  # nothing known in view
                 # LM: try the step, accept if the robust cost drops, else damp harder.

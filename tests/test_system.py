@@ -66,30 +66,6 @@ def test_threaded_run_writes_complete_outputs(tmp_path):
     assert m["fps_system"] > 0 and m["spheres"] == system.smap.n
 
 
-def test_reused_jacobian_tracks_as_well_with_fewer_renders(monkeypatch):
-    """tracking.jacobian_every=3 re-evaluates the finite-difference Jacobian every third LM
-    iteration: far fewer tracker renders, still sub-centimetre on the sample."""
-    from slam.tracking import Tracker
-
-    counts = {"n": 0}
-    original = Tracker._render
-
-    def counting(self, *args):
-        counts["n"] += 1
-        return original(self, *args)
-
-    monkeypatch.setattr(Tracker, "_render", counting)
-    renders, ates = {}, {}
-    for every in (1, 3):
-        counts["n"] = 0
-        system = run_system(cfg_for(10, "system.threaded=false", "tracking.analytic_iters=0",
-                                    f"tracking.jacobian_every={every}"))
-        renders[every], ates[every] = counts["n"], ate_cm(system)
-        assert all(f.ok for f in system.recorder.frames)
-    assert renders[3] < 0.7 * renders[1], renders
-    assert ates[3] < 1.0, ates
-
-
 def test_map_receives_no_gradient_from_tracking():
     cfg = cfg_for(4, "system.threaded=false")
     system = run_system(cfg)
