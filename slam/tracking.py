@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import numpy as np

@@ -66,6 +66,17 @@ def test_threaded_run_writes_complete_outputs(tmp_path):
     assert m["fps_system"] > 0 and m["spheres"] == system.smap.n
 
 
+def test_keyframes_are_stored_at_the_tracking_resolution_unless_configured():
+    """mapping.keyframe_downscale defaults to tracking.downscale: the map is built from images
+    as fine as the tracker sees, not finer; an explicit value wins."""
+    default = run_system(cfg_for(4, "system.threaded=false", "tracking.downscale=2"))
+    assert default.store.items and all(kf.depth.shape == (60, 80) for kf in default.store.items)
+    assert all(f.ok for f in default.recorder.frames)
+    explicit = run_system(cfg_for(4, "system.threaded=false", "tracking.downscale=2",
+                                  "mapping.keyframe_downscale=1"))
+    assert all(kf.depth.shape == (120, 160) for kf in explicit.store.items)
+
+
 def test_map_receives_no_gradient_from_tracking():
     cfg = cfg_for(4, "system.threaded=false")
     system = run_system(cfg)
