@@ -120,7 +120,8 @@ class SlamSystem:
     # ------------------------------------------------------------------ steps shared by both modes
     def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
         t0 = time.perf_counter()
-        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device).downsampled(self._track_downscale)
+        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
+        obs = obs.downsampled(self._track_downscale)   # the full-resolution images are freed here
         snap = self.smap.latest()
         if snap is None:  # first frame: it defines the world (ground-truth frame when known)
             T_wc = frame.gt_pose.copy() if frame.gt_pose is not None else np.eye(4)
