@@ -7,8 +7,8 @@ Runs the system in-process (sequential mode by default, so the peak is reproduci
 ``--set system.threaded=true`` profiles the threaded run, whose peak varies) with PyTorch's CUDA
 allocation history recording on, replays the history to find the moment of the peak, and prints
 the live bytes at that moment grouped by the innermost source line of this project that
-allocated them. Also prints the peak, the final sphere count and how many bytes per sphere the
-map-proportional part comes to.
+allocated them. Also prints the peak (replayed and as torch reports it), the final sphere count
+and the most spheres held at once.
 """
 import argparse
 import collections

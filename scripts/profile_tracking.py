@@ -9,18 +9,24 @@ wall time per frame, the renders per frame and the top operators by host and dev
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from slam.config import load_config
-from slam.data.sources import open_source
-from slam.observation import Observation
-from slam.system import SlamSystem
-from slam.tracking import Tracker
+try:
+    import slam  # noqa: F401
+except ImportError:  # run from a source checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
+    from slam.config import load_config
+    from slam.data.sources import open_source
+    from slam.system import SlamSystem
+    from slam.tracking import Tracker
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="default.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -42,11 +48,11 @@ def main() -> None:
                                      f"data.last={first + args.map_frames + args.frames}"])
     frames = list(open_source(more.data))
     records = system.recorder.snapshot()[0]
-    obs = [Observation.from_numpy(f.color, f.depth, f.K, system.device) for f in frames]
+    obs = [system.observation(f) for f in frames]   # as the system hands them to its tracker
     renders = {"n": 0}
 
     def fresh_tracker() -> Tracker:
-        tracker = Tracker(cfg.tracking, cfg.raster.backend)
+        tracker = Tracker(system.tracker.cfg, cfg.raster.backend)
         tracker.initialise(records[-1].T_wc)
         tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
         render = tracker._render

@@ -13,14 +13,12 @@ mode runs the same steps in one thread in a fixed order: identical results run t
 """
 from __future__ import annotations
 
-import dataclasses
-
 import logging
 import os
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Optional
 
 import numpy as np
@@ -76,10 +74,9 @@ class SlamSystem:
         self.device = device or resolve_device(cfg.system.device)
         # Keyframes are stored at the tracking resolution unless the config says otherwise.
         self._keyframe_downscale = cfg.mapping.keyframe_downscale or cfg.tracking.downscale
-        # Frames go to the device already at the tracking resolution (the full-resolution images
-        # never sit next to the tracker's Jacobian), so tracker and relocaliser see downscale 1.
-        self._track_downscale = cfg.tracking.downscale
-        self._track_cfg = dataclasses.replace(cfg.tracking, downscale=1)
+        # Frames go to the device already at the tracking resolution (``observation``), so
+        # tracker and relocaliser see downscale 1.
+        self._track_cfg = replace(cfg.tracking, downscale=1)
         if self.device.type == "cuda":
             limit_cublas_workspace()
         torch.manual_seed(cfg.system.seed)
@@ -118,10 +115,16 @@ class SlamSystem:
         self._lost = 0
 
     # ------------------------------------------------------------------ steps shared by both modes
+    def observation(self, frame: Frame) -> Observation:
+        """``frame`` on the device at the tracking resolution (input / ``tracking.downscale``):
+        what the tracker and the relocaliser see. The full-resolution images are freed before
+        tracking starts, so they never sit next to the tracker's Jacobian."""
+        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
+        return obs.downsampled(self.cfg.tracking.downscale)
+
     def _track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
         t0 = time.perf_counter()
-        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
-        obs = obs.downsampled(self._track_downscale)   # the full-resolution images are freed here
+        obs = self.observation(frame)
         snap = self.smap.latest()
         if snap is None:  # first frame: it defines the world (ground-truth frame when known)
             T_wc = frame.gt_pose.copy() if frame.gt_pose is not None else np.eye(4)

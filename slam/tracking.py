@@ -11,8 +11,8 @@ it, with no backward pass: the first ``analytic_iters`` iterations linearise the
 rest use finite differences (six extra forward renders per iteration: exact for the render,
 including footprint changes and disocclusions, so the final iterations settle where the true
 cost is lowest). Every step is accepted only if a real render lowers the cost. Coarse-to-fine
-over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker only renders detached snapshots under
-``no_grad``: nothing reaches the map.
+over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker
+only renders detached snapshots under ``no_grad``: nothing reaches the map.
 
 Failure detection: too few known pixels, or a final residual far above the recent median. A
 failure triggers a recovery attempt (more iterations from the last good pose); frames that stay
@@ -149,12 +149,16 @@ class Tracker:
                             dtype=torch.float32).to(device)
 
     @staticmethod
+    def _stacked(out) -> torch.Tensor:
+        """(H, W, 4) a render's colour (3) and depth (1) in the layout of ``_target``."""
+        return torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
+
+    @staticmethod
     def _residual(out, target: torch.Tensor, m: torch.Tensor, affine: torch.Tensor) -> torch.Tensor:
         """Dense residual (H, W, 4): 3 colour values (after exposure) and 1 depth value (times
         depth_weight), zero where the float mask ``m`` (H, W, 1) is 0. Fixed shapes: no boolean
         indexing, so no host sync."""
-        rendered = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
-        return torch.addcmul(affine[1], rendered, affine[0]).sub_(target).mul_(m)
+        return torch.addcmul(affine[1], Tracker._stacked(out), affine[0]).sub_(target).mul_(m)
 
     def _robust_weights(self, r: torch.Tensor) -> torch.Tensor:
         """IRLS weights of the Huber loss per residual (H, W, 4): 1 inside the threshold
@@ -168,13 +172,14 @@ class Tracker:
         """sum of w r^2 with the Huber IRLS weights (a 0-d device tensor)."""
         return (self._robust_weights(r) * r * r).sum()
 
-    def _analytic_pose_jacobian(self, out, obs, mask, gain: float, z_pivot: float, J6: torch.Tensor) -> None:
+    def _analytic_pose_jacobian(self, out, obs, mask, affine, z_pivot: float, J6: torch.Tensor) -> None:
         """Pose rows of the residual Jacobian from the rendered image's own gradients (no extra
         render): moving the camera by a small increment shifts the rendered surface point seen
         at pixel u by du, so I_new(u) ~ I(u) - grad I . du and D_new(u) ~ D(u) - grad D . du + dz
         (the dense RGB-D odometry linearisation, with the render as the reference frame).
         Disocclusions and footprint changes are ignored; the LM accept test still uses true
-        renders. ``mask``: (H, W) bool; ``gain``: the exposure gain on colour. Writes J6:
+        renders. ``mask``: (H, W) bool; ``affine``: the residual's (2, 4) scale and offset
+        (``_affine``: its scale row carries the exposure gain and the depth weight). Writes J6:
         (6, H*W*4) float32 (rows: rotation about the pivot (0, 0, z_pivot) x/y/z, then
         translation x/y/z), zero outside ``mask``."""
         (fx, _, cx), (_, fy, cy), _ = obs.K.tolist()
@@ -196,7 +201,7 @@ class Tracker:
             lambda: (None, fy * iz, None),                            # translation y
             lambda: (-fx * xn * iz, -fy * yn * iz, 1.0),              # translation z
         )
-        img = torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)      # (H, W, 4)
+        img = self._stacked(out)                    # (H, W, 4)
         gy, gx = torch.gradient(img, dim=(0, 1))    # central differences, one-sided at borders
         del img
         rows = J6.view(6, H, W, 4)
@@ -212,8 +217,7 @@ class Tracker:
             row.neg_()
             if dz is not None:
                 row[..., 3].add_(dz)
-        scale = torch.tensor([gain, gain, gain, self.cfg.depth_weight], dtype=torch.float32).to(dev)
-        rows.mul_(scale).mul_(mask.unsqueeze(-1).to(rows.dtype))
+        rows.mul_(affine[0]).mul_(mask.unsqueeze(-1).to(rows.dtype))
 
     def _fd_pose_jacobian(self, snapshot, obs, target, m, affine, r, T_cw, moved, J6) -> None:
         """Pose rows of the residual Jacobian by forward differences of real renders (6 extra
@@ -288,7 +292,7 @@ class Tracker:
                 m = mask.unsqueeze(-1).to(target.dtype)
                 r = self._residual(out, target, m, affine)
                 if analytic:
-                    pose_jac = partial(self._analytic_pose_jacobian, out, obs, mask, math.exp(exposure[0]), z_pivot)
+                    pose_jac = partial(self._analytic_pose_jacobian, out, obs, mask, affine, z_pivot)
                 else:
                     pose_jac = partial(self._fd_pose_jacobian, snapshot, obs, target, m, affine, r, T_cw, moved)
                 Hd, gd, cost = self._normal_equations(r, out, m, exposure, pose_jac)
