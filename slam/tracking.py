@@ -35,6 +35,12 @@ from slam.observation import Observation, depth_edge_mask
 from slam.render import render_spheres
 from slam.sphere_map import MapSnapshot
 
+# The normal equations are reduced over bands of at most this many pixels: the float32 Jacobian
+# buffer is 8 parameters x 4 channels x BAND_PIXELS floats (2.6 MB) instead of a whole image's
+# (9.8 MB at 320x240).
+BAND_PIXELS = 20480
+FP16_MAX = 65504.0   # finite-difference columns are stored as float16: clamp, never inf
+
 
 @dataclass
 class TrackResult:
@@ -149,9 +155,10 @@ class Tracker:
                             dtype=torch.float32).to(device)
 
     @staticmethod
-    def _stacked(out) -> torch.Tensor:
-        """(H, W, 4) a render's colour (3) and depth (1) in the layout of ``_target``."""
-        return torch.cat([out.color, out.depth.unsqueeze(-1)], dim=-1)
+    def _stacked(out, a: int = 0, b: Optional[int] = None) -> torch.Tensor:
+        """(b - a, W, 4) a render's colour (3) and depth (1) of image rows [a, b) (default: all),
+        in the layout of ``_target``."""
+        return torch.cat([out.color[a:b], out.depth[a:b].unsqueeze(-1)], dim=-1)
 
     @staticmethod
     def _residual(out, target: torch.Tensor, m: torch.Tensor, affine: torch.Tensor) -> torch.Tensor:
@@ -172,27 +179,30 @@ class Tracker:
         """sum of w r^2 with the Huber IRLS weights (a 0-d device tensor)."""
         return (self._robust_weights(r) * r * r).sum()
 
-    def _analytic_pose_jacobian(self, out, obs, mask, affine, z_pivot: float, J6: torch.Tensor) -> None:
+    def _analytic_pose_jacobian(self, out, obs, mask, affine, z_pivot: float, a: int, b: int,
+                                J6: torch.Tensor) -> None:
         """Pose rows of the residual Jacobian from the rendered image's own gradients (no extra
-        render): moving the camera by a small increment shifts the rendered surface point seen
-        at pixel u by du, so I_new(u) ~ I(u) - grad I . du and D_new(u) ~ D(u) - grad D . du + dz
-        (the dense RGB-D odometry linearisation, with the render as the reference frame).
-        Disocclusions and footprint changes are ignored; the LM accept test still uses true
-        renders. ``mask``: (H, W) bool; ``affine``: the residual's (2, 4) scale and offset
-        (``_affine``: its scale row carries the exposure gain and the depth weight). Writes J6:
-        (6, H*W*4) float32 (rows: rotation about the pivot (0, 0, z_pivot) x/y/z, then
-        translation x/y/z), zero outside ``mask``."""
+        render), for the image rows [a, b): moving the camera by a small increment
+        shifts the rendered surface point seen at pixel u by du, so I_new(u) ~ I(u) - grad I . du
+        and D_new(u) ~ D(u) - grad D . du + dz (the dense RGB-D odometry linearisation, with the
+        render as the reference frame). Disocclusions and footprint changes are ignored; the LM
+        accept test still uses true renders. ``mask``: (H, W) bool; ``affine``: the residual's
+        (2, 4) scale and offset (``_affine``: its scale row carries the exposure gain and the
+        depth weight). Writes J6: (6, b - a, W, 4) float32 (rotation about the pivot
+        (0, 0, z_pivot) x/y/z, then translation x/y/z), zero outside ``mask``. Only the band
+        (plus one halo row each side for the vertical gradient) is ever expanded."""
         (fx, _, cx), (_, fy, cy), _ = obs.K.tolist()
         H, W = obs.height, obs.width
-        z = torch.where(mask, out.depth, torch.ones_like(out.depth))
+        band_mask = mask[a:b]
+        z = torch.where(band_mask, out.depth[a:b], torch.ones_like(out.depth[a:b]))
         iz = 1.0 / z
         dev = z.device
-        xn = ((torch.arange(W, device=dev, dtype=z.dtype) - cx) / fx).view(1, W).expand(H, W)
-        yn = ((torch.arange(H, device=dev, dtype=z.dtype) - cy) / fy).view(H, 1).expand(H, W)
+        xn = ((torch.arange(W, device=dev, dtype=z.dtype) - cx) / fx).view(1, W).expand(b - a, W)
+        yn = ((torch.arange(a, b, device=dev, dtype=z.dtype) - cy) / fy).view(b - a, 1).expand(b - a, W)
         rz = 1.0 - z_pivot * iz          # (z - z_pivot) / z
         # Pixel motion (du, dv) and depth change dz per unit of each parameter, for
         # X' = X + w x (X - p) + t with X = z (xn, yn, 1); None = identically zero. One parameter
-        # at a time: (H, W) temporaries only, not (6, H, W) stacks.
+        # at a time: (band, W) temporaries only, not (6, band, W) stacks.
         motions = (
             lambda: (-fx * xn * yn, -fy * (rz + yn * yn), yn * z),    # rotation about x
             lambda: (fx * (rz + xn * xn), fy * xn * yn, -xn * z),     # rotation about y
@@ -201,13 +211,14 @@ class Tracker:
             lambda: (None, fy * iz, None),                            # translation y
             lambda: (-fx * xn * iz, -fy * yn * iz, 1.0),              # translation z
         )
-        img = self._stacked(out)                    # (H, W, 4)
-        gy, gx = torch.gradient(img, dim=(0, 1))    # central differences, one-sided at borders
-        del img
-        rows = J6.view(6, H, W, 4)
+        # Central differences (one-sided at the image borders), as over the whole image: the
+        # halo rows make the band's vertical gradient exact, then are cut off.
+        a0, b0 = max(a - 1, 0), min(b + 1, H)
+        gy, gx = torch.gradient(self._stacked(out, a0, b0), dim=(0, 1))
+        gy, gx = gy[a - a0 : a - a0 + b - a], gx[a - a0 : a - a0 + b - a]
         for k, motion in enumerate(motions):
             du, dv, dz = motion()
-            row = rows[k]
+            row = J6[k]
             if du is None:
                 torch.mul(gy, dv.unsqueeze(-1), out=row)
             else:
@@ -217,40 +228,60 @@ class Tracker:
             row.neg_()
             if dz is not None:
                 row[..., 3].add_(dz)
-        rows.mul_(affine[0]).mul_(mask.unsqueeze(-1).to(rows.dtype))
+        J6.mul_(affine[0]).mul_(band_mask.unsqueeze(-1).to(J6.dtype))
 
-    def _fd_pose_jacobian(self, snapshot, obs, target, m, affine, r, T_cw, moved, J6) -> None:
+    @staticmethod
+    def _copy_rows(cols: torch.Tensor, a: int, b: int, J6: torch.Tensor) -> None:
+        """J6 (6, b - a, W, 4) float32 <- image rows [a, b) of stored columns (6, H, W, 4)."""
+        J6.copy_(cols[:, a:b])
+
+    def _fd_pose_columns(self, snapshot, obs, target, m, affine, r, T_cw, moved) -> torch.Tensor:
         """Pose rows of the residual Jacobian by forward differences of real renders (6 extra
-        renders): exact for the render, footprint changes and disocclusions included. Writes
-        J6: (6, H*W*4), zero where ``m`` is 0."""
+        renders): exact for the render, footprint changes and disocclusions included. Returns
+        (6, H, W, 4) float16 (half the memory of float32; the normal equations accumulate in
+        float32), zero where ``m`` is 0."""
         steps = [self.cfg.fd_rot] * 3 + [self.cfg.fd_trans] * 3
+        cols = torch.empty((6,) + tuple(r.shape), dtype=torch.float16, device=r.device)
         for k in range(6):
             delta = np.zeros(6)
             delta[k] = steps[k]
             r_k = self._residual(self._render(snapshot, obs, moved(T_cw, delta)), target, m, affine)
-            torch.sub(r_k, r, out=J6[k].view_as(r)).div_(steps[k])
+            cols[k].copy_(r_k.sub_(r).div_(steps[k]).clamp_(-FP16_MAX, FP16_MAX))
+        return cols
 
-    def _normal_equations(self, r, out, m, exposure, pose_jacobian):
+    def _normal_equations(self, r, out, m, exposure, pose_rows):
         """Gauss-Newton normal equations of the Huber-weighted residual ``r`` (H, W, 4):
         H = J^T W J and g = J^T W r over (6 pose + 2 exposure) parameters, and the robust cost,
-        copied to the host in one sync as float64 (Hd (P, P), gd (P,), cost). ``pose_jacobian``
-        fills the six pose rows. The Jacobian (one buffer, weighted in place by sqrt(w)) and
-        every other image-sized temporary die with this call."""
+        copied to the host in one sync as float64 (Hd (P, P), gd (P,), cost).
+        ``pose_rows(a, b, J6)`` fills the six pose rows of image rows [a, b) into J6
+        (6, b - a, W, 4). The Jacobian is built and reduced one band of rows at a time
+        (``BAND_PIXELS``), so no image-sized Jacobian exists; every temporary dies with this call."""
         n_params = 8 if self.cfg.exposure else 6
-        J = torch.empty(n_params, r.numel(), device=r.device)
-        pose_jacobian(J[:6])
-        if self.cfg.exposure:
-            # d r_colour / d log_gain = gain * colour; d r_colour / d bias = 1 (masked).
-            ex = J[6:8].view(2, *r.shape)
-            ex[..., 3] = 0
-            torch.mul(out.color, m, out=ex[0, ..., :3]).mul_(math.exp(exposure[0]))
-            ex[1, ..., :3] = m
-        w = self._robust_weights(r).reshape(-1)
-        rv = r.reshape(-1)
-        sw = w.sqrt()
-        J.mul_(sw)
-        packed = torch.cat([(J @ J.T).reshape(-1), J @ (sw * rv), (w * rv * rv).sum().reshape(1)])
-        packed = packed.double().cpu()
+        H, W = r.shape[:2]
+        band = max(1, min(H, BAND_PIXELS // W))
+        J = torch.empty(n_params, band * W * 4, device=r.device)
+        JJ = r.new_zeros(n_params, n_params)
+        Jr = r.new_zeros(n_params)
+        cost = r.new_zeros(())
+        gain = math.exp(exposure[0])
+        for a in range(0, H, band):
+            b = min(H, a + band)
+            Jb = J[:, : (b - a) * W * 4]
+            pose_rows(a, b, Jb[:6].view(6, b - a, W, 4))
+            if self.cfg.exposure:
+                # d r_colour / d log_gain = gain * colour; d r_colour / d bias = 1 (masked).
+                ex = Jb[6:8].view(2, b - a, W, 4)
+                ex[..., 3] = 0
+                torch.mul(out.color[a:b], m[a:b], out=ex[0, ..., :3]).mul_(gain)
+                ex[1, ..., :3] = m[a:b]
+            rb = r[a:b]
+            w = self._robust_weights(rb)
+            sw = w.sqrt()
+            Jb.mul_(sw.reshape(-1))
+            JJ.addmm_(Jb, Jb.T)
+            Jr.addmv_(Jb, (sw * rb).reshape(-1))
+            cost.add_((w * rb * rb).sum())
+        packed = torch.cat([JJ.reshape(-1), Jr, cost.reshape(1)]).double().cpu()
         Hd = packed[: n_params * n_params].reshape(n_params, n_params)
         return Hd, packed[n_params * n_params : -1], float(packed[-1])
 
@@ -291,12 +322,14 @@ class Tracker:
                     mask = mask & depth_edge_mask(out.depth)
                 m = mask.unsqueeze(-1).to(target.dtype)
                 r = self._residual(out, target, m, affine)
+                cols = None
                 if analytic:
-                    pose_jac = partial(self._analytic_pose_jacobian, out, obs, mask, affine, z_pivot)
+                    pose_rows = partial(self._analytic_pose_jacobian, out, obs, mask, affine, z_pivot)
                 else:
-                    pose_jac = partial(self._fd_pose_jacobian, snapshot, obs, target, m, affine, r, T_cw, moved)
-                Hd, gd, cost = self._normal_equations(r, out, m, exposure, pose_jac)
-                del r, pose_jac   # image-sized: free before the trial renders
+                    cols = self._fd_pose_columns(snapshot, obs, target, m, affine, r, T_cw, moved)
+                    pose_rows = partial(self._copy_rows, cols)
+                Hd, gd, cost = self._normal_equations(r, out, m, exposure, pose_rows)
+                del r, pose_rows, cols   # image-sized: free before the trial renders
                 if cost == 0.0:
                     break  # nothing known in view
                 # LM: try the step, accept if the robust cost drops, else damp harder.
