@@ -41,14 +41,19 @@ log = logging.getLogger("slam.system")
 
 # cuBLAS keeps one workspace per (handle, stream), allocated through PyTorch's allocator: 32 MiB
 # each on recent GPUs by default, and the tracking and mapping threads each have their own stream.
-# SLAM's matrix products are tiny (8 x N normal equations, 4 x 4 transforms), so 4 MiB is plenty;
-# must be set before the first cuBLAS call. A value the user set is kept.
-CUBLAS_WORKSPACE = ":4096:1"
+# SLAM's matrix products are tiny (8 x 81920 normal-equation bands, N x 3 x 3 transforms) and need
+# no split-K scratch to speak of, so 128 KiB is plenty (the cuBLAS documentation's small setting);
+# cuBLASLt (addmm with a bias) gets the same cap. Must be set before the first cuBLAS call; values
+# the user set are kept.
+CUBLAS_WORKSPACE = ":16:8"
+CUBLASLT_WORKSPACE_KIB = "128"
 
 
 def limit_cublas_workspace() -> None:
-    """Cap the per-stream cuBLAS workspace (see ``CUBLAS_WORKSPACE``) unless already configured."""
+    """Cap the per-stream cuBLAS and cuBLASLt workspaces (see ``CUBLAS_WORKSPACE``) unless already
+    configured."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    os.environ.setdefault("CUBLASLT_WORKSPACE_SIZE", CUBLASLT_WORKSPACE_KIB)
 
 
 def resolve_device(name: str) -> torch.device:
