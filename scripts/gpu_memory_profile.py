@@ -21,30 +21,46 @@ except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 OURS = ("slam/", "rasterizer/")
+MAX_EVENTS = 6_000_000
 
 
-def _site(frames) -> str:
+def _site(frames, depth: int = 2) -> str:
+    """The innermost ``depth`` source lines of this project on an allocation's stack, innermost
+    first (``a <- b``: a, called from b)."""
+    ours = []
     for fr in frames or []:
         name = fr.get("filename", "")
         if any(k in name for k in OURS) and "memory_profile" not in name:
             short = name[name.rfind("slam/") if "slam/" in name else name.rfind("rasterizer/"):]
-            return f"{short}:{fr.get('line')} {fr.get('name')}"
-    return "(outside the project: torch internals / CUDA extension)"
+            ours.append(f"{short}:{fr.get('line')} {fr.get('name')}")
+            if len(ours) == depth:
+                break
+    return " <- ".join(ours) if ours else "(outside the project: torch internals / CUDA extension)"
 
 
-def live_at_peak(trace) -> tuple[int, dict]:
-    """Replay alloc/free events of one device; returns (peak bytes, {address: (size, frames)})."""
-    live, total, peak, at_peak = {}, 0, 0, {}
-    for ev in trace:
-        action, addr, size = ev["action"], ev["addr"], ev["size"]
-        if action == "alloc":
-            live[addr] = (size, ev.get("frames"))
-            total += size
-            if total > peak:
-                peak, at_peak = total, dict(live)
-        elif action == "free_completed" and addr in live:
-            total -= live.pop(addr)[0]
-    return peak, at_peak
+def live_at_peak(trace) -> tuple[int, dict, int]:
+    """Replay alloc/free events of one device; returns (peak bytes, {address: (size, frames)}
+    live at the peak, index of the peak's event)."""
+    def replay(events):
+        live, total = {}, 0
+        for i, ev in enumerate(events):
+            action, addr, size = ev["action"], ev["addr"], ev["size"]
+            if action == "alloc":
+                live[addr] = (size, ev.get("frames"))
+                total += size
+                yield i, total, live
+            elif action == "free_completed" and addr in live:
+                total -= live.pop(addr)[0]
+
+    peak, at = 0, 0
+    for i, total, _ in replay(trace):
+        if total > peak:
+            peak, at = total, i
+    # Second pass up to the peak (copying the live set at every new maximum is quadratic).
+    live = {}
+    for i, _, live in replay(trace[: at + 1]):
+        pass
+    return peak, live, at
 
 
 def main(argv=None) -> int:
@@ -58,28 +74,30 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--depth", type=int, default=2, help="project source lines per allocation site")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_memory_profile: needs a CUDA device", file=sys.stderr)
         return 2
     cfg = load_config(args.config, ["system.threaded=false", "system.progress=false"] + args.set)
     system = SlamSystem(cfg)
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=MAX_EVENTS, stacks="python")
     system.run(open_source(cfg.data))
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     trace = snap["device_traces"][system.device.index or 0]
-    if len(trace) >= 2_000_000:
+    if len(trace) >= MAX_EVENTS:
         print("warning: the allocation history overflowed; use a shorter run (data.last=...)", file=sys.stderr)
-    peak, live = live_at_peak(trace)
-    by_site = collections.Counter()
+    peak, live, at = live_at_peak(trace)
+    by_site, blocks = collections.Counter(), collections.Counter()
     for size, frames in live.values():
-        by_site[_site(frames)] += size
+        by_site[_site(frames, args.depth)] += size
+        blocks[_site(frames, args.depth)] += 1
     print(f"peak (replayed) {peak / 1e6:.1f} MB, torch max_memory_allocated "
           f"{torch.cuda.max_memory_allocated() / 1e6:.1f} MB; spheres at the end {system.smap.n:,}, "
-          f"most at once {system.smap.peak_n:,}; trace events {len(trace):,}")
+          f"most at once {system.smap.peak_n:,}; trace events {len(trace):,}, the peak at event {at:,}")
     for site, size in by_site.most_common(args.top):
-        print(f"{size / 1e6:9.1f} MB  {site}")
+        print(f"{size / 1e6:9.1f} MB {blocks[site]:5d} blocks  {site}")
     return 0
 
 
