@@ -181,10 +181,10 @@ class Tracker:
 
     def _analytic_pose_jacobian(self, out, obs, mask, affine, z_pivot: float, a: int, b: int,
                                 J6: torch.Tensor) -> None:
-        """Pose rows of the residual Jacobian from the rendered image's own gradients (no extra
-        render), for the image rows [a, b): moving the camera by a small increment
-        shifts the rendered surface point seen at pixel u by du, so I_new(u) ~ I(u) - grad I . du
-        and D_new(u) ~ D(u) - grad D . du + dz (the dense RGB-D odometry linearisation, with the
+        """Pose rows of the residual Jacobian of image rows [a, b) from the rendered image's own
+        gradients (no extra render): moving the camera by a small increment shifts the rendered
+        surface point seen at pixel u by du, so I_new(u) ~ I(u) - grad I . du and
+        D_new(u) ~ D(u) - grad D . du + dz (the dense RGB-D odometry linearisation, with the
         render as the reference frame). Disocclusions and footprint changes are ignored; the LM
         accept test still uses true renders. ``mask``: (H, W) bool; ``affine``: the residual's
         (2, 4) scale and offset (``_affine``: its scale row carries the exposure gain and the
