@@ -132,3 +132,10 @@ def test_banded_normal_equations_match_the_dense_ones(sample_map, monkeypatch, k
     A_ref = (H_ref + 1e-3 * torch.diag(H_ref.diagonal())).double()
     s, s_ref = torch.linalg.solve(A, gd), torch.linalg.solve(A_ref, g_ref.double())
     assert float(s @ s_ref / (s.norm() * s_ref.norm())) > 0.999
+
+
+def test_tracks_without_the_exposure_term():
+    # Six parameters instead of eight: the normal equations' exposure rows are left out.
+    system = run_system(cfg_for(10, "system.threaded=false", "tracking.exposure=false"))
+    assert all(f.ok for f in system.recorder.frames)
+    assert ate_cm(system) < 1.0
