@@ -321,6 +321,9 @@ def load_config(path: str | Path | None = None, overrides: Optional[list[str]] =
 
 def validate(cfg: Config) -> None:
     """Range checks the types alone cannot express."""
+    # null means tracking.downscale; an explicit value is a factor like the others (0 is refused).
+    kf_downscale = cfg.mapping.keyframe_downscale
+    kf_downscale = 1 if kf_downscale is None else kf_downscale
     positive = {
         "data.stride": cfg.data.stride, "data.downscale": cfg.data.downscale,
         "data.repeat": cfg.data.repeat, "tracking.pyramid_levels": cfg.tracking.pyramid_levels,
@@ -329,7 +332,7 @@ def validate(cfg: Config) -> None:
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,
         "mapping.densify_stride": cfg.mapping.densify_stride,
-        "mapping.keyframe_downscale": cfg.mapping.keyframe_downscale or 1,
+        "mapping.keyframe_downscale": kf_downscale,
         "pruner.every": cfg.pruner.every, "pruner.window": cfg.pruner.window,
     }
     for key, value in positive.items():
