@@ -78,12 +78,14 @@ class Mapper:
         t0 = time.perf_counter()
         report = MappingReport(kf.frame_index)
         device = self.smap.device
-        report.added, report.novelty, budget_removed = self._densify(kf, device)
+        # One upload of the new keyframe (compact) serves densification and the optimisation.
+        newest = self._view(kf, device)
+        report.added, report.novelty, budget_removed = self._densify(newest, kf, device)
         self.store.add(kf)
         self.keyframes_seen += 1
         window = self.store.window(self.cfg.window, self.cfg.random_keyframes)
         if self.cfg.iters > 0 and self.smap.n > 0:
-            report.loss, weight_sum, error_sum, renders = self._optimise(window, device)
+            report.loss, weight_sum, error_sum, renders = self._optimise(newest, window, device)
             self.pruner.record(self.smap, weight_sum, error_sum, renders)
             if self.keyframes_seen % self.pruner.cfg.every == 0:
                 seen = weight_sum[: self.smap.n] > 0
@@ -95,10 +97,11 @@ class Mapper:
         return report
 
     # ------------------------------------------------------------------ steps
-    def _densify(self, kf: Keyframe, device) -> tuple[int, float, int]:
-        """Seed spheres where the map is missing/wrong; returns (added, novelty, removed to make
-        room). The keyframe's float images live only for this call."""
-        obs = kf.observation(device)
+    def _densify(self, view: "_DeviceView", kf: Keyframe, device) -> tuple[int, float, int]:
+        """Seed spheres where the map is missing/wrong in keyframe ``kf`` (on the device as
+        ``view``); returns (added, novelty, removed to make room). The float images live only
+        for this call."""
+        obs = view.expand()[0]
         T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
         if self.smap.n == 0:
             mask = candidate_mask(obs, None, self.cfg)
@@ -139,11 +142,10 @@ class Mapper:
         self.smap.adam_step(rows.grad)
         return loss.detach()
 
-    def _optimise(self, window: list[Keyframe], device):
-        # Half the iterations on the newest keyframe, whose view stays resident; the rest cycle
-        # through the window, each uploaded for its step only (6 bytes a pixel: a cheap copy,
-        # where the resident window was 4 MB of the 7-Scenes peak).
-        newest = self._view(window[0], device)
+    def _optimise(self, newest: "_DeviceView", window: list[Keyframe], device):
+        # Half the iterations on the newest keyframe (window[0], already on the device as
+        # ``newest``); the rest cycle through the window, each uploaded for its step only (6 bytes
+        # a pixel: a cheap copy, where the resident window was 4 MB of the 7-Scenes peak).
         stats = rasterizer.SphereStats(self.smap.n, device=device)
         loss = torch.zeros((), device=device)
         for it in range(self.cfg.iters):
