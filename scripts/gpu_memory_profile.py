@@ -68,7 +68,7 @@ def main(argv=None) -> int:
 
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.system import SlamSystem
+    from slam.runtime.system import SlamSystem
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)

@@ -24,8 +24,8 @@ except ImportError:  # run from a source checkout without installing
 def main() -> None:
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.system import SlamSystem
-    from slam.tracking import Tracker
+    from slam.runtime.system import SlamSystem
+    from slam.tracking.tracker import Tracker
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="default.yaml")

@@ -71,8 +71,8 @@ def log_run(rec, run: Path, max_points: int = 200_000) -> dict:
     """Log everything found in ``run`` to the rerun recording ``rec``; returns what was logged."""
     import rerun as rr
 
-    from slam.map_io import keyframes_path, load_keyframes, load_map_rows
-    from slam.sphere_map import SphereMap
+    from slam.map.map_io import keyframes_path, load_keyframes, load_map_rows
+    from slam.map.sphere_map import SphereMap
     from slam.trajectory_io import read_tum_trajectory
 
     done: dict = {}
@@ -126,8 +126,8 @@ def main(argv=None) -> int:
     if not run.is_dir() or not any((run / f).is_file() for f in ("map.ply", "trajectory.txt")):
         print(f"view_run: {run}: not a run folder (no map.ply or trajectory.txt)", file=sys.stderr)
         return 2
-    from slam.map_io import MapFormatError
-    from slam.viewer import open_recording
+    from slam.map.map_io import MapFormatError
+    from slam.output.viewer import open_recording
 
     rec = open_recording(args.rrd, spawn=args.rrd is None and args.connect is None, connect=args.connect,
                          blueprint=_blueprint())

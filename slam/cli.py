@@ -93,9 +93,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
 
-    from slam.outputs import attach_log, make_run_dir, summary_text, write_outputs
-    from slam.run_metrics import collect_metrics
-    from slam.system import SlamSystem
+    from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+    from slam.output.metrics import collect_metrics
+    from slam.runtime.system import SlamSystem
 
     try:
         system = SlamSystem(cfg)
@@ -103,7 +103,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
     if args.map:  # --- issue 5: saved map ---
-        from slam.map_io import MapFormatError
+        from slam.map.map_io import MapFormatError
         try:
             system.use_saved_map(args.map, mode)
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
@@ -123,7 +123,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     viewer = None
     if cfg.viewer.enabled or cfg.viewer.rrd:  # --- issue 5: rerun viewer (imports rerun only here) ---
-        from slam.viewer import attach_viewer
+        from slam.output.viewer import attach_viewer
         try:
             viewer = attach_viewer(system, cfg.viewer, connect=args.connect)
         except Exception as exc:  # noqa: BLE001 - a viewer problem must not stop the run
@@ -152,7 +152,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if viewer is not None:
         metrics["viewer"] = viewer.stats()
     if args.map:  # --- issue 5: how the start pose was found ---
-        from slam.relocalise import summarise
+        from slam.tracking.relocalise import summarise
         metrics["relocalisation"] = summarise(system.reloc_results, mode)
     write_outputs(run_dir, cfg, system, metrics)
     print(summary_text(metrics, run_dir))

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from slam.render import scale_intrinsics
+from slam.map.render import scale_intrinsics
 
 
 @dataclass

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from slam.channel import Channel, Closed
+from slam.runtime.channel import Channel, Closed
 
 
 def test_fifo_close_drains_then_raises():

@@ -8,8 +8,8 @@ import torch
 from slam.config import load_config
 from slam.data.sources import open_source
 from slam.geometry import backproject
-from slam.keyframes import Keyframe
-from slam.recorder import FrameRecord
+from slam.mapping.keyframes import Keyframe
+from slam.runtime.recorder import FrameRecord
 
 
 def _sample_keyframes(step: int = 6, last: int = 42) -> list:
@@ -39,7 +39,7 @@ def _nearest(mesh_vertices: np.ndarray, pts: np.ndarray) -> np.ndarray:
 def test_mesh_from_measured_depth_lies_on_the_surfaces(tmp_path):
     import open3d as o3d
 
-    from slam.mesh import write_mesh
+    from slam.output.mesh import write_mesh
 
     kfs = _sample_keyframes()
     path = write_mesh(tmp_path / "mesh.ply", kfs, voxel_size=0.02)
@@ -59,8 +59,8 @@ def test_mesh_from_rendered_map(tmp_path):
     """A map seeded from the keyframes' own depth, rendered and fused, lands on the same surfaces."""
     import open3d as o3d
 
-    from slam.mesh import write_mesh
-    from slam.sphere_map import SphereMap
+    from slam.output.mesh import write_mesh
+    from slam.map.sphere_map import SphereMap
 
     kfs = _sample_keyframes(step=10, last=30)
     pts = np.concatenate([_world_points(k)[::3] for k in kfs])
@@ -90,7 +90,7 @@ def _records(n: int, noise: float, with_gt: bool = True) -> list:
 
 
 def test_trajectory_errors_undo_a_rigid_offset():
-    from slam.plots import trajectory_errors
+    from slam.output.plots import trajectory_errors
 
     e = trajectory_errors(_records(60, 0.0))
     assert e["rmse"] < 1e-9 and e["est"].shape == (60, 3)
@@ -101,7 +101,7 @@ def test_trajectory_errors_undo_a_rigid_offset():
 def test_plots_written_only_with_ground_truth(tmp_path):
     import matplotlib.image as mpimg
 
-    from slam.plots import write_plots
+    from slam.output.plots import write_plots
 
     paths = write_plots(tmp_path, _records(40, 0.005))
     assert [p.name for p in paths] == ["trajectory.png", "translation_error.png"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from slam.map_io import (MapFormatError, SideFileError, keyframes_path, load_keyframes, load_saved_map, save_keyframes,
+from slam.map.map_io import (MapFormatError, SideFileError, keyframes_path, load_keyframes, load_saved_map, save_keyframes,
                          save_map)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}
 def _keyframes(n: int = 3) -> list:
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.keyframes import Keyframe
+    from slam.mapping.keyframes import Keyframe
 
     src = open_source(load_config(None, [f"data.last={5 * n}", "data.stride=5"]).data)
     kfs = [Keyframe.from_frame(f, f.gt_pose) for f in src]
@@ -168,7 +168,7 @@ def test_continue_maps_on_top_of_the_saved_map(mapped, tmp_path):
 
 
 def test_summary_counts_frames_to_relocalise_and_later_relocalisations():
-    from slam.relocalise import RelocResult, summarise
+    from slam.tracking.relocalise import RelocResult, summarise
 
     def r(frame, ok):
         return RelocResult(np.eye(4), ok, 0.8 if ok else 0.1, 0.05, 0, 10, 100.0, frame)
@@ -181,7 +181,7 @@ def test_summary_counts_frames_to_relocalise_and_later_relocalisations():
 
 def test_tracking_lost_on_a_saved_map_triggers_relocalisation():
     from slam.config import load_config
-    from slam.system import SlamSystem
+    from slam.runtime.system import SlamSystem
 
     system = SlamSystem(load_config(None, ["system.device=cpu"]))
     system.relocaliser, system.relocalised = object(), True
@@ -193,7 +193,7 @@ def test_tracking_lost_on_a_saved_map_triggers_relocalisation():
 
 
 def test_retry_schedule_backs_off_and_resets():
-    from slam.relocalise import RetrySchedule
+    from slam.tracking.relocalise import RetrySchedule
     r = RetrySchedule(max_skip=4)
     tried = []
     for _ in range(20):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from slam.channel import Closed
+from slam.runtime.channel import Closed
 from slam.config import ConfigError, load_config
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
@@ -441,7 +441,7 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     for name in ("trajectory.txt", "metrics.json", "config.yaml", "map.ply", "log.txt"):
         assert (run / name).exists(), name
     # the saved map is the published snapshot, loadable again
-    from slam.map_io import load_map_rows
+    from slam.map.map_io import load_map_rows
     rows = load_map_rows(tmp_path / "saved.ply")
     snap = snap_at_save
     np.testing.assert_allclose(rows[:, :3].numpy(), snap.means.numpy(), atol=1e-6)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from slam.map_io import MapFormatError, load_map_rows, save_map
-from slam.sphere_map import PARAM_DIM, SphereMap, bytes_per_sphere
+from slam.map.map_io import MapFormatError, load_map_rows, save_map
+from slam.map.sphere_map import PARAM_DIM, SphereMap, bytes_per_sphere
 
 
 def spheres(n, offset=0.0):
@@ -125,7 +125,7 @@ def test_ply_bad_inputs(tmp_path):
 def test_frozen_rows_are_never_optimised_removed_or_cut_for_budget():
     """localize mode: the saved map's rows stay bit-exact under Adam, pruning and make_room."""
     from slam.config import PrunerConfig
-    from slam.pruner import Pruner
+    from slam.mapping.pruner import Pruner
 
     m = SphereMap(max_spheres=10, chunk=4)
     m.add(*spheres(4))

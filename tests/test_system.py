@@ -14,9 +14,9 @@ import pytest
 
 from slam.config import load_config
 from slam.data.sources import open_source
-from slam.outputs import write_outputs
-from slam.run_metrics import collect_metrics
-from slam.system import SlamSystem
+from slam.output.run_folder import write_outputs
+from slam.output.metrics import collect_metrics
+from slam.runtime.system import SlamSystem
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["mapping.final_iters=20", "output.plots=false", "system.progress=false"]
@@ -33,7 +33,7 @@ def run_system(cfg, frames=None):
 
 
 def ate_cm(system) -> float:
-    from slam.run_metrics import trajectory_metrics
+    from slam.output.metrics import trajectory_metrics
     frames, _, _ = system.recorder.snapshot()
     return trajectory_metrics(frames)["trajectory"]["ate_rmse_m"] * 100
 

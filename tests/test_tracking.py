@@ -8,7 +8,7 @@ import torch
 from slam.data.sources import open_source
 from slam.geometry import invert, pivot_increment
 from slam.observation import Observation, depth_edge_mask
-from slam.tracking import Tracker
+from slam.tracking.tracker import Tracker
 
 from test_system import ate_cm, cfg_for, run_system
 
@@ -92,12 +92,12 @@ def _dense_normal_equations(tracker, r, out, m, exposure, J6):
 
 @pytest.mark.parametrize("kind", ["analytic", "finite_difference"])
 def test_banded_normal_equations_match_the_dense_ones(sample_map, monkeypatch, kind):
-    import slam.tracking
+    import slam.tracking.tracker
     cfg, system, frame = sample_map
     tracker = Tracker(cfg.tracking, "cpu")
     obs, valid = tracker._pyramid(Observation.from_numpy(frame.color, frame.depth, frame.K,
                                                          torch.device("cpu")))[-1]
-    monkeypatch.setattr(slam.tracking, "BAND_PIXELS", obs.width * 5 + 3)   # several bands, a short last one
+    monkeypatch.setattr(slam.tracking.tracker, "BAND_PIXELS", obs.width * 5 + 3)   # several bands, a short last one
     snap = system.smap.latest()
     T_cw = invert(system.recorder.snapshot()[0][8].T_wc)   # the previous frame's pose: a real residual
     out = tracker._render(snap, obs, T_cw)

@@ -19,7 +19,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}
 
 
 def test_latest_queue_drops_the_oldest_and_never_blocks():
-    from slam.viewer import LatestQueue
+    from slam.output.viewer import LatestQueue
 
     q = LatestQueue(2)
     t0 = time.perf_counter()
@@ -56,8 +56,8 @@ class _SlowRecording:
 
 
 def test_hook_never_blocks_and_keeps_every_scalar_when_the_viewer_lags():
-    from slam.recorder import FrameRecord
-    from slam.viewer import RerunViewer
+    from slam.runtime.recorder import FrameRecord
+    from slam.output.viewer import RerunViewer
 
     rec = _SlowRecording(delay=0.02)
     viewer = RerunViewer(rec, torch.device("cpu"), queue=2)

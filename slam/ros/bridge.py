@@ -24,7 +24,7 @@ from typing import Optional, Protocol
 import numpy as np
 import torch
 
-from slam.channel import Closed
+from slam.runtime.channel import Closed
 from slam.config import Config
 from slam.data.frame import SourceStats
 from slam.ros import out_data
@@ -58,8 +58,8 @@ def stamp_ns(msg) -> int:
 
 
 def snapshot_rows(snap) -> torch.Tensor:
-    """A published ``MapSnapshot`` -> parameter rows (N, 8) for ``slam.map_io.save_map``."""
-    from slam.sphere_map import logit
+    """A published ``MapSnapshot`` -> parameter rows (N, 8) for ``slam.map.map_io.save_map``."""
+    from slam.map.sphere_map import logit
 
     return torch.cat([snap.means, torch.log(snap.radii)[:, None], logit(snap.colors),
                       logit(snap.opacities)[:, None]], dim=1)
@@ -67,8 +67,8 @@ def snapshot_rows(snap) -> torch.Tensor:
 
 class SlamBridge:
     def __init__(self, params: RosParams, cfg: Config, sink: Sink) -> None:
-        from slam.outputs import attach_log, make_run_dir
-        from slam.system import SlamSystem
+        from slam.output.run_folder import attach_log, make_run_dir
+        from slam.runtime.system import SlamSystem
 
         self.params, self.cfg, self.sink = params, cfg, sink
         self.topics = topics(params, cfg)
@@ -129,8 +129,8 @@ class SlamBridge:
         with self._shutdown_lock:
             if self.metrics is not None:
                 return self.metrics
-            from slam.outputs import summary_text, write_outputs
-            from slam.run_metrics import collect_metrics
+            from slam.output.run_folder import summary_text, write_outputs
+            from slam.output.metrics import collect_metrics
 
             self.source.close()
             if self._worker is not None:
@@ -273,7 +273,7 @@ class SlamBridge:
     @torch.no_grad()
     def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:
         """The map rendered at ``T_wc`` -> rgb8 image data in the camera frame."""
-        from slam.render import render_spheres
+        from slam.map.render import render_spheres
 
         dev = snap.means.device
         T_cw = torch.as_tensor(np.linalg.inv(T_wc), dtype=torch.float32, device=dev)
@@ -286,7 +286,7 @@ class SlamBridge:
     # ------------------------------------------------------------------ services
     def save_map(self, path: Optional[str] = None) -> tuple[bool, str]:
         """Write the latest published map as a 3DGS PLY (default: <run folder>/map_<n>.ply)."""
-        from slam.map_io import save_map
+        from slam.map.map_io import save_map
 
         snap = self.system.smap.latest()
         if snap is None or snap.size == 0:

@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from typing import Iterator
 
-from slam.channel import Closed
+from slam.runtime.channel import Closed
 from slam.data.frame import Frame, FrameSource
 
 log = logging.getLogger("slam.ros")

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from slam.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
+from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
 
 SH_C0 = 0.28209479177387814
 FIELDS = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
@@ -26,7 +26,7 @@ class MapFormatError(ValueError):
 
 
 def save_map(path: str | Path, rows: torch.Tensor) -> None:
-    """Write parameter rows (N, 8) (see ``slam.sphere_map``) as a 3DGS PLY."""
+    """Write parameter rows (N, 8) (see ``slam.map.sphere_map``) as a 3DGS PLY."""
     from plyfile import PlyData, PlyElement
 
     rows = rows.detach().float().cpu()
@@ -122,7 +122,7 @@ def keyframes_path(map_path: str | Path) -> Path:
 
 def _shrink(kf, max_width: int):
     """Keyframe downscaled by the smallest integer factor that makes its width <= max_width."""
-    from slam.keyframes import Keyframe
+    from slam.mapping.keyframes import Keyframe
 
     w = kf.color.shape[1]
     factor = -(-w // max_width) if max_width > 0 else 1
@@ -134,7 +134,7 @@ def _shrink(kf, max_width: int):
 
 
 def save_keyframes(path: str | Path, keyframes: list, map_spheres: int, max_width: int = 320) -> None:
-    """Write keyframes (``slam.keyframes.Keyframe``) as the side file (layout above), atomically."""
+    """Write keyframes (``slam.mapping.keyframes.Keyframe``) as the side file (layout above), atomically."""
     if not keyframes:
         raise ValueError("no keyframes to save")
     kfs = [_shrink(k, max_width) for k in keyframes]
@@ -163,7 +163,7 @@ def load_keyframes(path: str | Path, map_spheres: int | None = None) -> list:
     non-finite poses, or written for a map with a different sphere count)."""
     import zipfile
 
-    from slam.keyframes import Keyframe
+    from slam.mapping.keyframes import Keyframe
 
     path = Path(path)
     if not path.is_file():

@@ -32,8 +32,8 @@ import torch
 from slam.config import TrackingConfig
 from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot_increment
 from slam.observation import Observation, depth_edge_mask
-from slam.render import render_spheres
-from slam.sphere_map import MapSnapshot
+from slam.map.render import render_spheres
+from slam.map.sphere_map import MapSnapshot
 
 # The normal equations are reduced over bands of at most this many pixels: the float32 Jacobian
 # buffer is 8 parameters x 4 channels x BAND_PIXELS floats (2.6 MB) instead of a whole image's

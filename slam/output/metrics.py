@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from slam.geometry import invert
-from slam.render import render_spheres
-from slam.sphere_map import bytes_per_sphere
+from slam.map.render import render_spheres
+from slam.map.sphere_map import bytes_per_sphere
 
 log = logging.getLogger("slam.metrics")
 

@@ -11,10 +11,10 @@ from typing import Optional
 import numpy as np
 
 from slam.config import Config, dump_config
-from slam.map_io import save_map
+from slam.map.map_io import save_map
 from slam.trajectory_io import write_tum_trajectory
 
-log = logging.getLogger("slam.outputs")
+log = logging.getLogger("slam.output.run_folder")
 
 
 def make_run_dir(cfg: Config, override: Optional[str] = None) -> Path:
@@ -60,19 +60,19 @@ def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
 
 
 def _write_extras(run_dir: Path, cfg: Config, system, frames: list) -> None:
-    """``map.keyframes.npz`` (slam.map_io), ``trajectory.png``/``translation_error.png``
-    (slam.plots, when ground truth exists), ``mesh.ply`` (slam.mesh, when ``output.mesh``)."""
+    """``map.keyframes.npz`` (slam.map.map_io), ``trajectory.png``/``translation_error.png``
+    (slam.output.plots, when ground truth exists), ``mesh.ply`` (slam.output.mesh, when ``output.mesh``)."""
     def side_file():
-        from slam.map_io import keyframes_path, save_keyframes
+        from slam.map.map_io import keyframes_path, save_keyframes
         rows, keyframes = system.map_to_save()
         save_keyframes(keyframes_path(run_dir / "map.ply"), keyframes, int(rows.shape[0]))
 
     def plots():
-        from slam.plots import write_plots
+        from slam.output.plots import write_plots
         write_plots(run_dir, frames)
 
     def mesh():
-        from slam.mesh import write_mesh
+        from slam.output.mesh import write_mesh
         write_mesh(run_dir / "mesh.ply", list(system.store.items))
 
     steps = [("keyframe side file", side_file, cfg.output.save_map and system.smap.n > 0 and len(system.store) > 0),

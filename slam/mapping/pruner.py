@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from slam.config import PrunerConfig
-from slam.sphere_map import OPACITY, SphereMap
+from slam.map.sphere_map import OPACITY, SphereMap
 
 
 @dataclass

@@ -34,10 +34,10 @@ import torch
 
 from slam.config import TrackingConfig
 from slam.geometry import invert, orthonormalize
-from slam.keyframes import Keyframe
+from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
-from slam.render import render_spheres
-from slam.sphere_map import MapSnapshot
+from slam.map.render import render_spheres
+from slam.map.sphere_map import MapSnapshot
 
 
 @dataclass
@@ -147,7 +147,7 @@ class Relocaliser:
     @torch.no_grad()
     def relocalise(self, obs: Observation, snap: MapSnapshot) -> RelocResult:
         """Estimate the pose of ``obs`` (full-resolution frame) in ``snap``'s map."""
-        from slam.tracking import Tracker
+        from slam.tracking.tracker import Tracker
 
         t0 = time.perf_counter()
         self.attempts += 1

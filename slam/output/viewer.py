@@ -30,7 +30,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-log = logging.getLogger("slam.viewer")
+log = logging.getLogger("slam.output.viewer")
 
 APP_ID = "sphere_slam"
 TIMELINE = "frame"
@@ -92,7 +92,7 @@ def peak_memory_mb(device: torch.device) -> float:
     """Peak GPU memory (CUDA) or the process's peak resident memory (CPU), MB."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 1e6
-    from slam.run_metrics import peak_rss_mb
+    from slam.output.metrics import peak_rss_mb
     return peak_rss_mb()
 
 
@@ -233,7 +233,7 @@ class RerunViewer:
         """The map at pose T_wc: colour (h', w', 3) uint8, depth (h', w') float32 m (0 = empty);
         at most ``render_width`` px wide."""
         from slam.geometry import invert
-        from slam.render import render_spheres, scale_intrinsics
+        from slam.map.render import render_spheres, scale_intrinsics
 
         if snap.ready is not None:
             torch.cuda.current_stream(snap.means.device).wait_event(snap.ready)

@@ -24,19 +24,19 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from slam.channel import Channel, Closed
+from slam.runtime.channel import Channel, Closed
 from slam.config import Config
 from slam.data.frame import Frame
-from slam.keyframes import Keyframe, KeyframeSelector, KeyframeStore
-from slam.mapping import Mapper
+from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
+from slam.mapping.mapper import Mapper
 from slam.observation import Observation
-from slam.recorder import FrameRecord, RunRecorder
-from slam.relocalise import RetrySchedule
-from slam.run_metrics import current_rss_mb, gpu_memory_sample
-from slam.sphere_map import MapSnapshot, SphereMap
-from slam.tracking import Tracker
+from slam.runtime.recorder import FrameRecord, RunRecorder
+from slam.tracking.relocalise import RetrySchedule
+from slam.output.metrics import current_rss_mb, gpu_memory_sample
+from slam.map.sphere_map import MapSnapshot, SphereMap
+from slam.tracking.tracker import Tracker
 
-log = logging.getLogger("slam.system")
+log = logging.getLogger("slam.runtime.system")
 
 
 # cuBLAS keeps one workspace per (handle, stream), allocated through PyTorch's allocator: 32 MiB
@@ -110,7 +110,7 @@ class SlamSystem:
         # --- saved-map modes (issue 5): set by use_saved_map ---
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
         self.saved_keyframes: list = []     # localize: the saved map's keyframes (written back as they were)
-        self.relocaliser = None             # slam.relocalise.Relocaliser while the start pose is unknown
+        self.relocaliser = None             # slam.tracking.relocalise.Relocaliser while the start pose is unknown
         self.relocalised = False
         self.reloc_results: list = []       # one RelocResult per relocalisation attempt
         self.relocalise_after = 5           # consecutive tracking failures on a saved map -> relocalise again
@@ -171,18 +171,18 @@ class SlamSystem:
 
     # ------------------------------------------------------------------ saved maps (issue 5)
     def use_saved_map(self, map_path, mode: str) -> None:
-        """Start from a saved map (``slam.map_io.load_saved_map``: the PLY and its keyframe side
+        """Start from a saved map (``slam.map.map_io.load_saved_map``: the PLY and its keyframe side
         file; its keyframes join the keyframe store). ``localize`` keeps the saved spheres frozen
         (never optimised nor pruned, written back unchanged) and maps only a local layer of new
         spheres where the view leaves the saved map, so tracking bridges unmapped views (like
         visual odometry in a feature-based localisation mode); ``continue`` maps on top of the
         saved map and changes it. The start pose is unknown either way:
-        frames are relocalised (``slam.relocalise``) until one is verified, then tracked. Call
-        before ``run``. Raises ``FileNotFoundError`` / ``slam.map_io.MapFormatError``."""
+        frames are relocalised (``slam.tracking.relocalise``) until one is verified, then tracked. Call
+        before ``run``. Raises ``FileNotFoundError`` / ``slam.map.map_io.MapFormatError``."""
         if mode not in ("localize", "continue"):
             raise ValueError(f"saved-map mode must be 'localize' or 'continue', got '{mode}'")
-        from slam.map_io import load_saved_map
-        from slam.relocalise import Relocaliser
+        from slam.map.map_io import load_saved_map
+        from slam.tracking.relocalise import Relocaliser
 
         rows, keyframes = load_saved_map(map_path)
         self.smap.load_rows(rows)
@@ -238,7 +238,7 @@ class SlamSystem:
             return failed  # a dropout (black / depth-less frame): nothing to relocalise with
         if not self.retry.should_try():
             return failed
-        from slam.relocalise import Relocaliser
+        from slam.tracking.relocalise import Relocaliser
 
         keyframes = list(self.store.items)  # a copy: the mapper may add or drop keyframes meanwhile
         res = Relocaliser(keyframes, self._track_cfg, self.cfg.raster.backend).relocalise(obs, snap)

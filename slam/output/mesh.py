@@ -53,7 +53,7 @@ def keyframe_views(keyframes: list, snapshot=None, backend: str = "auto"):
     import torch
 
     from slam.geometry import invert
-    from slam.render import render_spheres
+    from slam.map.render import render_spheres
 
     dev = snapshot.means.device
     with torch.no_grad():

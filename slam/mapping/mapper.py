@@ -9,13 +9,13 @@ import torch
 
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
-from slam.densify import candidate_mask, seed_spheres
+from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.geometry import invert, transform_points
-from slam.keyframes import Keyframe, KeyframeStore
+from slam.mapping.keyframes import Keyframe, KeyframeStore
 from slam.observation import Observation, depth_edge_mask
-from slam.pruner import PruneReport, Pruner
-from slam.render import render_spheres
-from slam.sphere_map import SphereMap
+from slam.mapping.pruner import PruneReport, Pruner
+from slam.map.render import render_spheres
+from slam.map.sphere_map import SphereMap
 
 
 @dataclass
