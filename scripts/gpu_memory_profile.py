@@ -88,14 +88,15 @@ def main(argv=None) -> int:
     trace = snap["device_traces"][system.device.index or 0]
     if len(trace) >= MAX_EVENTS:
         print("warning: the allocation history overflowed; use a shorter run (data.last=...)", file=sys.stderr)
+    result = system.result()
     peak, live, at = live_at_peak(trace)
     by_site, blocks = collections.Counter(), collections.Counter()
     for size, frames in live.values():
         by_site[_site(frames, args.depth)] += size
         blocks[_site(frames, args.depth)] += 1
     print(f"peak (replayed) {peak / 1e6:.1f} MB, torch max_memory_allocated "
-          f"{torch.cuda.max_memory_allocated() / 1e6:.1f} MB; spheres at the end {system.smap.n:,}, "
-          f"most at once {system.smap.peak_n:,}; trace events {len(trace):,}, the peak at event {at:,}")
+          f"{torch.cuda.max_memory_allocated() / 1e6:.1f} MB; spheres at the end {result.spheres:,}, "
+          f"most at once {result.max_spheres_seen:,}; trace events {len(trace):,}, the peak at event {at:,}")
     for site, size in by_site.most_common(args.top):
         print(f"{size / 1e6:9.1f} MB {blocks[site]:5d} blocks  {site}")
     return 0

@@ -24,6 +24,7 @@ except ImportError:  # run from a source checkout without installing
 def main() -> None:
     from slam.config import load_config
     from slam.data.sources import open_source
+    from slam.map.snapshot import MapSnapshot
     from slam.runtime.system import SlamSystem
     from slam.tracking.tracker import Tracker
 
@@ -41,7 +42,7 @@ def main() -> None:
                                     f"data.last={first + args.map_frames}", "mapping.final_iters=0"])
     system = SlamSystem(cfg)
     system.run(open_source(cfg.data))
-    snap = system.smap.latest()
+    snap = system.latest_map()
     print(f"map: {snap.means.shape[0]:,} spheres after {args.map_frames} frames on {system.device}")
 
     more = load_config(args.config, [*args.set, f"data.first={first + args.map_frames}",
@@ -50,18 +51,18 @@ def main() -> None:
     records = system.recorder.snapshot()[0]
     obs = [system.observation(f) for f in frames]   # as the system hands them to its tracker
     renders = {"n": 0}
+    render = MapSnapshot.render
+
+    def counting(self, *a, **kw):
+        renders["n"] += 1
+        return render(self, *a, **kw)
+
+    MapSnapshot.render = counting   # count every render of the map (the tracker's only)
 
     def fresh_tracker() -> Tracker:
-        tracker = Tracker(system.tracker.cfg, cfg.raster.backend)
+        tracker = Tracker(cfg.tracking, cfg.raster.backend)
         tracker.initialise(records[-1].T_wc)
         tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
-        render = tracker._render
-
-        def counting(*a):
-            renders["n"] += 1
-            return render(*a)
-
-        tracker._render = counting
         return tracker
 
     fresh_tracker().track(obs[0], snap)  # warm-up (allocator, kernels)

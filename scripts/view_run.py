@@ -72,14 +72,14 @@ def log_run(rec, run: Path, max_points: int = 200_000) -> dict:
     import rerun as rr
 
     from slam.map.map_io import keyframes_path, load_keyframes, load_map_rows
-    from slam.map.sphere_map import SphereMap
+    from slam.map.sphere_map import activate
     from slam.trajectory_io import read_tum_trajectory
 
     done: dict = {}
     t_range = None
     if (run / "map.ply").is_file():
         rows = load_map_rows(run / "map.ply")
-        means, radii, colors, _ = (t.numpy() for t in SphereMap().activated(rows))
+        means, radii, colors, _ = (t.numpy() for t in activate(rows))
         if len(means) > max_points:
             idx = np.linspace(0, len(means) - 1, max_points).astype(np.int64)
             means, radii, colors = means[idx], radii[idx], colors[idx]

@@ -17,7 +17,16 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from tqdm import tqdm
+
 from slam.config import ConfigError, load_config
+from slam.data.frame import FrameError
+from slam.data.sources import open_source
+from slam.map.map_io import MapFormatError
+from slam.output.metrics import collect_metrics
+from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+from slam.output.viewer import attach_viewer
+from slam.runtime.system import SlamSystem
 
 log = logging.getLogger("slam.cli")
 
@@ -30,7 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override any config key, e.g. --set tracking.iters=20 (repeatable)")
     p.add_argument("--out", default=None, help="run folder (default: output.root/<timestamp>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    # --- issue 5: viewer and saved maps ---
     p.add_argument("--viewer", action="store_true", help="live rerun viewer: spawn one (or --connect)")
     p.add_argument("--connect", default=None, metavar="URL",
                    help="with --viewer: connect to a running rerun viewer (e.g. rerun+http://host:9876/proxy)")
@@ -49,13 +57,13 @@ class _Progress:
         self.system = system
         self.bar = None
         if enabled:
-            from tqdm import tqdm
             self.bar = tqdm(total=total, unit="frame", dynamic_ncols=True, file=sys.stderr)
 
     def __call__(self, rec) -> None:
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(spheres=self.system.smap.n, ok="yes" if rec.ok else "LOST", refresh=False)
+            snap = self.system.latest_map()
+            self.bar.set_postfix(spheres=snap.size if snap is not None else 0, ok="yes" if rec.ok else "LOST", refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -76,7 +84,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
-    # --- issue 5: flags over config ---
+    # Command-line flags over the config.
     cfg.viewer.enabled = cfg.viewer.enabled or args.viewer or args.connect is not None
     cfg.viewer.rrd = args.rrd or cfg.viewer.rrd
     mode = args.mode or ("localize" if args.map else "slam")
@@ -84,26 +92,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("run_slam: --mode localize/continue needs --map PLY, and --map needs one of them", file=sys.stderr)
         return 2
 
-    from slam.data.frame import FrameError
-    from slam.data.sources import open_source
-
     try:
         source = open_source(cfg.data)
     except (FrameError, FileNotFoundError, ValueError) as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
 
-    from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
-    from slam.output.metrics import collect_metrics
-    from slam.runtime.system import SlamSystem
-
     try:
         system = SlamSystem(cfg)
     except RuntimeError as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
-    if args.map:  # --- issue 5: saved map ---
-        from slam.map.map_io import MapFormatError
+    if args.map:
         try:
             system.use_saved_map(args.map, mode)
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
@@ -122,8 +122,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     viewer = None
-    if cfg.viewer.enabled or cfg.viewer.rrd:  # --- issue 5: rerun viewer (imports rerun only here) ---
-        from slam.output.viewer import attach_viewer
+    if cfg.viewer.enabled or cfg.viewer.rrd:  # rerun is imported only when a viewer is wanted
         try:
             viewer = attach_viewer(system, cfg.viewer, connect=args.connect)
         except Exception as exc:  # noqa: BLE001 - a viewer problem must not stop the run
@@ -148,15 +147,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         source.close()
         if viewer is not None:
             viewer.close()
-    metrics = collect_metrics(system, source.stats)
+    result = system.result()
+    metrics = collect_metrics(result, source.stats, cfg.output.eval_images_every)
     if viewer is not None:
         metrics["viewer"] = viewer.stats()
-    if args.map:  # --- issue 5: how the start pose was found ---
-        from slam.tracking.relocalise import summarise
-        metrics["relocalisation"] = summarise(system.reloc_results, mode)
-    write_outputs(run_dir, cfg, system, metrics)
+    write_outputs(run_dir, cfg, result, metrics)
     print(summary_text(metrics, run_dir))
-    if metrics.get("relocalisation"):  # --- issue 5 ---
+    if metrics.get("relocalisation"):  # how the start pose on a saved map was found
         r = metrics["relocalisation"]
         print(f"relocalisation    {'found at frame ' + str(r['frames_to_relocalise']) if r['found'] else 'NOT found'}"
               f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; {r['relocalisations_later']} later)")

@@ -60,10 +60,17 @@ class TrackingConfig:
     fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
     fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
     damping: float = 1e-3           # initial Levenberg-Marquardt damping (relative to diag(H))
+    damping_down: float = 0.3       # damping factor after an accepted LM step ...
+    damping_up: float = 10.0        # ... and after a rejected one
+    lm_attempts: int = 4            # damped steps tried per iteration before giving up (converged)
+    huber_color: float = 0.1        # Huber threshold of the colour residuals (0-1 intensity)
+    huber_depth: float = 0.05       # Huber threshold of the depth residuals (m)
     depth_weight: float = 1.0       # lambda in L1 colour + lambda * L1 depth
     alpha_threshold: float = 0.95   # pixels with rendered alpha above this count as known
     pyramid_levels: int = 2         # coarse-to-fine levels (1 = the finest only)
-    downscale: int = 1              # the finest tracking level is the input / this factor
+    coarse_share: float = 0.6       # share of the iterations spent on the coarser levels
+    downscale: int = 1              # frames are tracked (and relocalised) at the input / this
+                                    # factor: the finest pyramid level
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
     residual_spike: float = 3.0     # final loss above spike * running median = failure
@@ -72,6 +79,27 @@ class TrackingConfig:
     analytic_iters: int = 6         # the first N LM iterations (coarse-to-fine order) take the
                                     # pose Jacobian from the render's image gradients (no extra
                                     # render); the rest use finite differences (6 extra renders)
+
+
+@dataclass
+class RelocaliseConfig:
+    """Finding the camera in a map it lost (or in a saved map): see slam/tracking/relocalise.py."""
+
+    after_failures: int = 2         # SLAM: consecutive tracking failures before relocalising
+    after_failures_saved_map: int = 5  # saved map: consecutive failed verifications before
+                                    # relocalising again (views leaving the saved map fail
+                                    # verification while the local layer still tracks them)
+    max_skip: int = 16              # while lost, attempts back off to one every N frames
+    coarse_width: int = 40          # px: render-and-compare candidates are scored at this width
+    top_k: int = 4                  # best keyframe poses perturbed and scored
+    refine_k: int = 3               # render-and-compare candidates refined by the tracker
+    pnp_k: int = 8                  # best-scoring keyframes matched with ORB + PnP
+    pnp_refine: int = 2             # PnP candidates refined by the tracker
+    shift: float = 0.1              # m: perturbation of the candidate poses
+    angle_deg: float = 8.0          # pan/tilt perturbation of the candidate poses
+    min_coverage: float = 0.3       # accept: share of valid-depth pixels the map covers ...
+    min_agreement: float = 0.7      # ... and share of those where depth and colour agree
+    use_features: bool = True       # ORB + PnP candidates (OpenCV)
 
 
 @dataclass
@@ -152,6 +180,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     raster: RasterConfig = field(default_factory=RasterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    relocalise: RelocaliseConfig = field(default_factory=RelocaliseConfig)
     mapping: MappingConfig = field(default_factory=MappingConfig)
     map: MapConfig = field(default_factory=MapConfig)
     pruner: PrunerConfig = field(default_factory=PrunerConfig)
@@ -334,6 +363,11 @@ def validate(cfg: Config) -> None:
         "mapping.densify_stride": cfg.mapping.densify_stride,
         "mapping.keyframe_downscale": kf_downscale,
         "pruner.every": cfg.pruner.every, "pruner.window": cfg.pruner.window,
+        "tracking.lm_attempts": cfg.tracking.lm_attempts,
+        "relocalise.after_failures": cfg.relocalise.after_failures,
+        "relocalise.after_failures_saved_map": cfg.relocalise.after_failures_saved_map,
+        "relocalise.max_skip": cfg.relocalise.max_skip, "relocalise.coarse_width": cfg.relocalise.coarse_width,
+        "relocalise.top_k": cfg.relocalise.top_k,
     }
     for key, value in positive.items():
         if value < 1:
@@ -346,6 +380,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:
         raise ConfigError("tracking.iters and mapping.iters must be >= 0")
+    if not 0.0 <= cfg.tracking.coarse_share <= 1.0:
+        raise ConfigError(f"tracking.coarse_share: must be in [0, 1], got {cfg.tracking.coarse_share}")
+    if cfg.tracking.huber_color <= 0 or cfg.tracking.huber_depth <= 0:
+        raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
     if cfg.tracking.analytic_iters < 0:
         raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
 

@@ -1,4 +1,5 @@
-"""Rigid-body math in torch: SO(3)/SE(3) exponentials, pose composition, point transforms.
+"""Rigid-body math: the SE(3) increment the tracker applies, pose inversion and composition, point
+transforms, the motion model, back-projection (numpy on the host, torch where the device needs it).
 
 Conventions: poses are 4x4 camera-to-world ``T_wc`` unless the name says ``T_cw``; OpenCV camera
 axes (x right, y down, z forward); translations in metres, angles in radians.
@@ -9,40 +10,6 @@ import math
 
 import numpy as np
 import torch
-
-
-def skew(v: torch.Tensor) -> torch.Tensor:
-    """(3,) -> (3, 3) cross-product matrix."""
-    zero = torch.zeros((), dtype=v.dtype, device=v.device)
-    return torch.stack(
-        [
-            torch.stack([zero, -v[2], v[1]]),
-            torch.stack([v[2], zero, -v[0]]),
-            torch.stack([-v[1], v[0], zero]),
-        ]
-    )
-
-
-def so3_exp(phi: torch.Tensor) -> torch.Tensor:
-    """Rotation vector (3,) radians -> rotation matrix (3, 3), differentiable at 0."""
-    theta2 = (phi * phi).sum()
-    theta = torch.sqrt(theta2 + 1e-24)
-    small = theta2 < 1e-8
-    # sin(t)/t and (1-cos t)/t^2 with Taylor fall-backs near zero.
-    a = torch.where(small, 1 - theta2 / 6, torch.sin(theta) / theta)
-    b = torch.where(small, 0.5 - theta2 / 24, (1 - torch.cos(theta)) / (theta2 + 1e-24))
-    W = skew(phi)
-    eye = torch.eye(3, dtype=phi.dtype, device=phi.device)
-    return eye + a * W + b * (W @ W)
-
-
-def pose_from_increment(delta: torch.Tensor) -> torch.Tensor:
-    """delta (6,) = (rotation vector rad, translation m) -> 4x4 [R(phi) | t]."""
-    T = torch.eye(4, dtype=delta.dtype, device=delta.device)
-    T = T.clone()
-    R = so3_exp(delta[:3])
-    top = torch.cat([R, delta[3:, None]], dim=1)
-    return torch.cat([top, T[3:]], dim=0)
 
 
 def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from slam.map.render import scale_intrinsics
+from slam.data.preprocess import scale_K
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Observation:
         lo = torch.gather(blocks, -1, ((n - 1) // 2).clamp_min(0)[..., None])[..., 0]
         hi = torch.gather(blocks, -1, (n // 2).clamp_max(factor * factor - 1)[..., None])[..., 0]
         depth = torch.where(n > 0, 0.5 * (lo + torch.where(torch.isfinite(hi), hi, lo)), torch.zeros_like(lo))
-        return Observation(c, depth.contiguous(), scale_intrinsics(self.K, 1.0 / factor))
+        return Observation(c, depth.contiguous(), scale_K(self.K, factor))
 
 
 def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1) -> torch.Tensor:

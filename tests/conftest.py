@@ -1,4 +1,5 @@
-"""Shared pytest setup: quiet third-party telemetry, locate the shared real data."""
+"""Shared pytest setup: quiet third-party telemetry, locate the shared real data, and the short
+SLAM runs on the bundled sample that several test modules use (``sample_run`` fixture)."""
 import os
 from pathlib import Path
 
@@ -17,3 +18,38 @@ def seven_scenes_path() -> Path:
     if not SEVEN_SCENES.is_dir():
         pytest.skip(f"real 7-Scenes data not present at {SEVEN_SCENES} (only in the project's shared/)")
     return SEVEN_SCENES
+
+
+# --------------------------------------------------------------------------- short sample runs
+FAST = ["mapping.final_iters=20", "output.plots=false", "system.progress=false"]
+
+
+class SampleRun:
+    """Short SLAM runs on the bundled sample (the first ``frames`` frames)."""
+
+    FAST = FAST
+
+    @staticmethod
+    def cfg(frames: int, *extra: str):
+        from slam.config import load_config
+        return load_config("default.yaml", [f"data.last={frames}", *FAST, *extra])
+
+    @staticmethod
+    def run(cfg, frames=None):
+        from slam.data.sources import open_source
+        from slam.runtime.system import SlamSystem
+        system = SlamSystem(cfg)
+        system.run(frames if frames is not None else open_source(cfg.data))
+        return system
+
+    @staticmethod
+    def ate_cm(system) -> float:
+        from slam.output.metrics import trajectory_metrics
+        frames, _, _ = system.recorder.snapshot()
+        return trajectory_metrics(frames)["trajectory"]["ate_rmse_m"] * 100
+
+
+@pytest.fixture(scope="session")
+def sample_run() -> type:
+    """``SampleRun``: build configs, run the system and score ATE on the bundled sample."""
+    return SampleRun

@@ -10,7 +10,7 @@ from slam.config import DataConfig
 from slam.data import open_source
 from slam.data.frame import FrameError
 from slam.data.ros_convert import (RosConvertError, camera_info_to_K, color_to_rgb, depth_to_metres,
-                                   header_stamp, image_to_numpy)
+                                   image_to_numpy, stamp_ns)
 from slam.data.rosbag import RosbagSource
 
 
@@ -114,7 +114,7 @@ def test_convert_rospy_like_objects_with_padding_and_endianness():
     msg = _stand_in_image(depth, "16UC1", bigendian=True, pad=3)
     np.testing.assert_array_equal(image_to_numpy(msg), depth)
     np.testing.assert_allclose(depth_to_metres(msg), depth / 1000.0)
-    assert header_stamp(msg) == 3.5
+    assert stamp_ns(msg) == 3_500_000_000
     rgb = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
     np.testing.assert_array_equal(color_to_rgb(_stand_in_image(rgb[:, :, ::-1], "bgr8")), rgb)
     f = np.array([[1.5, np.nan], [-1.0, np.inf]], np.float32)

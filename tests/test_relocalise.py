@@ -181,19 +181,17 @@ def test_summary_counts_frames_to_relocalise_and_later_relocalisations():
 
 def test_tracking_lost_on_a_saved_map_triggers_relocalisation():
     from slam.config import load_config
-    from slam.runtime.system import SlamSystem
+    from slam.tracking.lost import LostPolicy
 
-    system = SlamSystem(load_config(None, ["system.device=cpu"]))
-    system.relocaliser, system.relocalised = object(), True
-    for ok in (False, False, True, False, False, False, False):
-        system._watch_tracking(ok)
-    assert system.relocalised                                   # 4 failures in a row: keep tracking
-    system._watch_tracking(False)
-    assert not system.relocalised                               # 5th: relocalise on the next frame
+    cfg = load_config(None, ["system.device=cpu"]).relocalise
+    policy = LostPolicy(cfg.after_failures_saved_map, cfg.max_skip)
+    lost = [policy.record(ok) for ok in (False, False, True, False, False, False, False)]
+    assert not any(lost)                                        # 4 failures in a row: keep tracking
+    assert policy.record(False)                                 # 5th: relocalise on the next frame
 
 
 def test_retry_schedule_backs_off_and_resets():
-    from slam.tracking.relocalise import RetrySchedule
+    from slam.tracking.lost import RetrySchedule
     r = RetrySchedule(max_skip=4)
     tried = []
     for _ in range(20):

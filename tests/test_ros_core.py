@@ -18,11 +18,12 @@ from slam.runtime.channel import Closed
 from slam.config import ConfigError, load_config
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
-from slam.ros.bridge import SlamBridge, snapshot_rows, stamp_ns
+from slam.data.ros_convert import stamp_ns
+from slam.ros.bridge import SlamBridge, snapshot_rows
 from slam.ros.live_source import LiveSource
 from slam.ros.messages import MessageFactory, rosbags_flavour
 from slam.ros.params import RosParams, params_from_mapping, topics
-from slam.ros.sync import StampMatcher
+from slam.data.stamp_matcher import StampMatcher
 
 STORES = {"ros1": get_typestore(Stores.ROS1_NOETIC), "ros2": get_typestore(Stores.ROS2_HUMBLE)}
 for _ts in STORES.values():   # tf2_msgs is not in rosbags' stores: add /tf's message from its definition
@@ -202,7 +203,7 @@ def test_matcher_bounds_pending_queues():
     m = StampMatcher(tol_ns=1, max_pending=3)
     for i in range(10):
         m.push("color", (i + 1) * 10**9, i)
-    assert len(m._pending["color"]) == 3 and m.counts["unmatched_color"] == 7
+    assert m.pending("color") == 3 and m.counts["unmatched_color"] == 7
 
 
 # --------------------------------------------------------------------------- live source

@@ -43,7 +43,7 @@ def test_remove_compacts_params_and_optimizer_state_together():
     m.add(*spheres(6))
     grad = torch.zeros(m.capacity, PARAM_DIM)
     grad[:6] = torch.arange(6, dtype=torch.float32)[:, None] + 1
-    m.adam_step(grad)
+    m.adam_step(grad, torch.full((PARAM_DIM,), 1e-3))
     before_params = m.active().clone()
     before_m = m.exp_avg[:6].clone()
     m.stats["contribution"][:6] = torch.arange(6, dtype=torch.float32)
@@ -57,12 +57,13 @@ def test_remove_compacts_params_and_optimizer_state_together():
 
 
 def test_adam_moves_only_touched_rows_with_per_row_bias_correction():
-    m = SphereMap(lrs={"means": 0.1})
+    m = SphereMap()
+    lr = torch.tensor([0.1] * 3 + [5e-3] * 4 + [5e-2])
     m.add(*spheres(3))
     start = m.active().clone()
     grad = torch.zeros(3, PARAM_DIM)
     grad[1, 0] = 5.0
-    m.adam_step(grad)
+    m.adam_step(grad, lr)
     delta = m.active() - start
     assert delta[0].abs().sum() == 0 and delta[2].abs().sum() == 0
     # Adam's first step is lr * sign(grad) whatever the gradient's size.
@@ -132,7 +133,7 @@ def test_frozen_rows_are_never_optimised_removed_or_cut_for_budget():
     m.frozen = 4
     m.add(*spheres(3, 1.0))
     saved = m.params[:4].clone()
-    m.adam_step(torch.ones(m.n, PARAM_DIM))
+    m.adam_step(torch.ones(m.n, PARAM_DIM), torch.full((PARAM_DIM,), 1e-3))
     assert torch.equal(m.params[:4], saved)
     assert not torch.equal(m.params[4:7], m.params[4:7].detach() * 0)  # the local rows moved
     assert m.steps[:4].tolist() == [0, 0, 0, 0] and m.steps[4:7].tolist() == [1, 1, 1]

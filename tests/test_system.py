@@ -12,52 +12,35 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slam.config import load_config
 from slam.data.sources import open_source
-from slam.output.run_folder import write_outputs
 from slam.output.metrics import collect_metrics
+from slam.output.run_folder import write_outputs
 from slam.runtime.system import SlamSystem
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["mapping.final_iters=20", "output.plots=false", "system.progress=false"]
 
 
-def cfg_for(frames: int, *extra: str):
-    return load_config("default.yaml", [f"data.last={frames}", *FAST, *extra])
-
-
-def run_system(cfg, frames=None):
-    system = SlamSystem(cfg)
-    system.run(frames if frames is not None else open_source(cfg.data))
-    return system
-
-
-def ate_cm(system) -> float:
-    from slam.output.metrics import trajectory_metrics
-    frames, _, _ = system.recorder.snapshot()
-    return trajectory_metrics(frames)["trajectory"]["ate_rmse_m"] * 100
-
-
-def test_sequential_run_tracks_and_is_deterministic():
-    cfg = cfg_for(12, "system.threaded=false")
-    a = run_system(cfg)
-    b = run_system(cfg)
+def test_sequential_run_tracks_and_is_deterministic(sample_run):
+    cfg = sample_run.cfg(12, "system.threaded=false")
+    a = sample_run.run(cfg)
+    b = sample_run.run(cfg)
     pa = np.stack([f.T_wc for f in a.recorder.frames])
     pb = np.stack([f.T_wc for f in b.recorder.frames])
     assert len(pa) == 12
     assert np.array_equal(pa, pb)                      # identical run to run
     assert a.smap.n == b.smap.n and a.smap.n > 1000
-    assert ate_cm(a) < 1.0                             # exact synthetic depth: sub-centimetre
+    assert sample_run.ate_cm(a) < 1.0                             # exact synthetic depth: sub-centimetre
     assert all(f.ok for f in a.recorder.frames)
 
 
-def test_threaded_run_writes_complete_outputs(tmp_path):
-    cfg = cfg_for(12)
-    system = run_system(cfg)
+def test_threaded_run_writes_complete_outputs(tmp_path, sample_run):
+    cfg = sample_run.cfg(12)
+    system = sample_run.run(cfg)
     assert [f.index for f in system.recorder.frames] == list(range(12))
     assert len(system.recorder.mapping) >= 2
-    metrics = collect_metrics(system)
-    write_outputs(tmp_path, cfg, system, metrics)
+    result = system.result()
+    metrics = collect_metrics(result)
+    write_outputs(tmp_path, cfg, result, metrics)
     for name in ["trajectory.txt", "keyframes.txt", "map.ply", "metrics.json", "config.yaml"]:
         assert (tmp_path / name).is_file(), name
     m = json.loads((tmp_path / "metrics.json").read_text())
@@ -66,27 +49,27 @@ def test_threaded_run_writes_complete_outputs(tmp_path):
     assert m["fps_system"] > 0 and m["spheres"] == system.smap.n
 
 
-def test_keyframes_are_stored_at_the_tracking_resolution_unless_configured():
+def test_keyframes_are_stored_at_the_tracking_resolution_unless_configured(sample_run):
     """mapping.keyframe_downscale defaults to tracking.downscale: the map is built from images
     as fine as the tracker sees, not finer; an explicit value wins."""
-    default = run_system(cfg_for(4, "system.threaded=false", "tracking.downscale=2"))
+    default = sample_run.run(sample_run.cfg(4, "system.threaded=false", "tracking.downscale=2"))
     assert default.store.items and all(kf.depth.shape == (60, 80) for kf in default.store.items)
     assert all(f.ok for f in default.recorder.frames)
-    explicit = run_system(cfg_for(4, "system.threaded=false", "tracking.downscale=2",
+    explicit = sample_run.run(sample_run.cfg(4, "system.threaded=false", "tracking.downscale=2",
                                   "mapping.keyframe_downscale=1"))
     assert all(kf.depth.shape == (120, 160) for kf in explicit.store.items)
 
 
-def test_map_receives_no_gradient_from_tracking():
-    cfg = cfg_for(4, "system.threaded=false")
-    system = run_system(cfg)
+def test_map_receives_no_gradient_from_tracking(sample_run):
+    cfg = sample_run.cfg(4, "system.threaded=false")
+    system = sample_run.run(cfg)
     snap = system.smap.latest()
     assert not any(t.requires_grad for t in (snap.means, snap.radii, snap.colors, snap.opacities))
     assert not system.smap.params.requires_grad and system.smap.params.grad is None
 
 
-def test_exception_in_mapping_thread_reaches_caller_and_stops_everything():
-    cfg = cfg_for(30)
+def test_exception_in_mapping_thread_reaches_caller_and_stops_everything(sample_run):
+    cfg = sample_run.cfg(30)
     system = SlamSystem(cfg)
     calls = {"n": 0}
     real = system.mapper.add_keyframe
@@ -120,8 +103,8 @@ class Dropouts:
             yield f
 
 
-def test_black_frames_and_a_jump_are_detected_and_recovered():
-    cfg = cfg_for(32, "system.threaded=false")
+def test_black_frames_and_a_jump_are_detected_and_recovered(sample_run):
+    cfg = sample_run.cfg(32, "system.threaded=false")
     system = SlamSystem(cfg)
     system.run(Dropouts(open_source(cfg.data)))
     recs = {f.index: f for f in system.recorder.frames}
@@ -130,16 +113,16 @@ def test_black_frames_and_a_jump_are_detected_and_recovered():
     assert all(recs[i].ok for i in range(22, 32))         # tracking is back after the jump
     errs = [np.linalg.norm(recs[i].T_wc[:3, 3] - recs[i].gt_pose[:3, 3]) for i in range(22, 32)]
     assert max(errs) < 0.03
-    m = collect_metrics(system, evaluate_images=False)
+    m = collect_metrics(system.result(), eval_images_every=None)
     assert m["tracking_failures"] >= 3
 
 
-def test_cli_interrupt_leaves_outputs(tmp_path):
+def test_cli_interrupt_leaves_outputs(tmp_path, sample_run):
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, "-m", "slam.cli", "--out", str(out), "--quiet", "--set", "data.last=60"] +
-        sum([["--set", o] for o in FAST], []),
+        sum([["--set", o] for o in sample_run.FAST], []),
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     traj = out / "log.txt"

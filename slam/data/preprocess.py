@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 import cv2
 import numpy as np
+import torch
 
 from slam.data.errors import CalibrationError
 
@@ -47,13 +48,14 @@ def distortion_array(d: Optional[Sequence[float]], where: str) -> Optional[np.nd
     return None if not np.any(arr) else arr
 
 
-def scale_K(K: np.ndarray, s: int) -> np.ndarray:
-    """Intrinsics of an image downscaled by integer factor ``s`` (pixel-centre convention)."""
+def scale_K(K, s: float):
+    """Intrinsics (3, 3) of an image downscaled by factor ``s`` (> 1 shrinks; OpenCV pixel-centre
+    convention). A numpy ``K`` comes back as float64; a tensor keeps its dtype and device."""
+    K2 = K.clone() if isinstance(K, torch.Tensor) else np.asarray(K, dtype=np.float64).copy()
     if s == 1:
-        return np.asarray(K, dtype=np.float64).copy()
-    K2 = np.asarray(K, dtype=np.float64).copy()
-    K2[0, 0] /= s
-    K2[1, 1] /= s
+        return K2
+    K2[0, 0] = K2[0, 0] / s
+    K2[1, 1] = K2[1, 1] / s
     K2[0, 2] = (K2[0, 2] + 0.5) / s - 0.5
     K2[1, 2] = (K2[1, 2] + 0.5) / s - 0.5
     return K2

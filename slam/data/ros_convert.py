@@ -30,20 +30,16 @@ class RosConvertError(FrameError):
     """A ROS message cannot be converted (unknown encoding, inconsistent size)."""
 
 
-def stamp_to_sec(stamp) -> float:
-    """A ROS time (sec/nanosec, secs/nsecs, or an object with ``to_sec()``) -> float seconds."""
-    if hasattr(stamp, "nanosec"):
-        return float(stamp.sec) + 1e-9 * float(stamp.nanosec)
-    if hasattr(stamp, "nsecs"):
-        return float(stamp.secs) + 1e-9 * float(stamp.nsecs)
-    if hasattr(stamp, "to_sec"):
-        return float(stamp.to_sec())
-    raise RosConvertError(f"unsupported time object {type(stamp).__name__}")
-
-
-def header_stamp(msg) -> float:
-    """``msg.header.stamp`` in seconds."""
-    return stamp_to_sec(msg.header.stamp)
+def stamp_ns(msg) -> int:
+    """``msg.header.stamp`` as integer nanoseconds (ROS 1 secs/nsecs or ROS 2 sec/nanosec)."""
+    s = msg.header.stamp
+    if hasattr(s, "nanosec"):
+        return int(s.sec) * 1_000_000_000 + int(s.nanosec)
+    if hasattr(s, "nsecs"):
+        return int(s.secs) * 1_000_000_000 + int(s.nsecs)
+    if hasattr(s, "to_sec"):
+        return int(round(float(s.to_sec()) * 1e9))
+    raise RosConvertError(f"unsupported time object {type(s).__name__}")
 
 
 def image_to_numpy(msg) -> np.ndarray:

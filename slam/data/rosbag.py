@@ -2,7 +2,8 @@
 
 Topics are ``data.color_topic`` / ``data.depth_topic`` / ``data.camera_info_topic``. Messages are
 read in recording order; a colour and a depth image are paired when their *header stamps* differ
-by at most ``data.max_time_diff`` (greedy, one-to-one; the pair's time is the colour stamp).
+by at most ``data.max_time_diff`` (``slam.data.stamp_matcher``, as the live ROS node pairs them:
+nearest partner, one-to-one; the pair's time is the colour stamp).
 Encodings: colour rgb8, bgr8, rgba8, bgra8, mono8; depth 16UC1/mono16 (millimetres, or
 ``data.depth_scale`` units per metre) and 32FC1 (metres). K comes from the first CameraInfo
 (``data.intrinsics`` overrides it and then no CameraInfo is needed); a non-zero distortion
@@ -16,15 +17,15 @@ Bad input:
 - an unsupported colour/depth encoding -> ``FrameError`` naming topic and encoding.
 - colour and depth (or CameraInfo) of different sizes -> ``FrameError``.
 - pairs before the first CameraInfo; a colour image without a depth partner within the
-  tolerance; a pair older than the last delivered one (out of order); a message whose data does
-  not match its size; an all-invalid depth -> warning + skip counted in ``stats``.
+  tolerance; a colour image whose stamp repeats or is older than the previous one, or than the
+  last pair (out of order); a message whose data does not match its size; an all-invalid depth
+  -> warning + skip counted in ``stats``.
 - a read error in the middle of the bag -> warning, the frames so far are kept, the stream ends.
 - no frame delivered at all -> ``FrameError``.
 """
 from __future__ import annotations
 
 import logging
-from collections import deque
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -35,15 +36,16 @@ from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
 from slam.data.preprocess import K_from_params, Preprocessor, distortion_array
 from slam.data.ros_convert import (COLOR_ENCODINGS, DEPTH_ENCODINGS, RosConvertError,
                                    camera_info_distortion, camera_info_to_K, color_to_rgb,
-                                   depth_to_metres, header_stamp)
+                                   depth_to_metres, stamp_ns)
 from slam.data.sequence import select, skip_frame
+from slam.data.stamp_matcher import StampMatcher
 
 log = logging.getLogger("slam.data")
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 INFO_TYPE = "sensor_msgs/msg/CameraInfo"
 PENDING_MAX = 64          # unmatched messages kept per topic (bounds memory)
-PENDING_HORIZON_S = 1.0   # an unmatched colour older than this behind the newest message is dropped
+PENDING_HORIZON_S = 1.0   # an unmatched message older than this behind the newest one is dropped
 
 
 def _open_reader(path: Path):
@@ -123,13 +125,13 @@ class RosbagSource(FrameSource):
     def _stream(self, reader) -> Iterator[Frame]:
         wanted = set(self.topics.values()) if self.K_override is None else {self.topics["color"], self.topics["depth"]}
         conns = [c for c in reader.connections if c.topic in wanted]
-        pending = {"color": deque(), "depth": deque()}
+        matcher = StampMatcher(int(round(self.max_time_diff * 1e9)), PENDING_MAX, int(PENDING_HORIZON_S * 1e9),
+                               on_drop=self._on_drop, logger=None)
         self._pre: Optional[Preprocessor] = None
         self._info_size = None
         if self.K_override is not None:
             self._pre = Preprocessor(self.K_override, self.dist_override, self.downscale)
         pair_no = 0
-        last_t = -np.inf
         delivered = 0
         stop = np.inf if self.last is None else int(self.last)
         messages = reader.messages(connections=conns)
@@ -150,38 +152,21 @@ class RosbagSource(FrameSource):
                 continue
             role = "color" if conn.topic == self.topics["color"] else "depth"
             self._check_encoding(role, msg)
-            t = header_stamp(msg)
-            self._drop_stale(pending, t)
-            other = "depth" if role == "color" else "color"
-            match = self._nearest(pending[other], t)
-            if match is None:
-                pending[role].append((t, msg))
-                if len(pending[role]) > PENDING_MAX:
-                    self._unmatched(pending[role].popleft(), role)
+            pair = matcher.push(role, stamp_ns(msg), msg)
+            if pair is None:
                 continue
-            # pair found: everything older in the partner queue can no longer pair better
-            while pending[other] and pending[other][0] is not match:
-                self._unmatched(pending[other].popleft(), other)
-            pending[other].popleft()
-            color_item, depth_item = (((t, msg), match) if role == "color" else (match, (t, msg)))
             index = pair_no
             pair_no += 1
             if index < self.first or (index - self.first) % self.stride:
                 continue
             try:
-                if color_item[0] <= last_t:
-                    raise SkipFrame(f"{self.path}: pair at t={color_item[0]:.6f} is not after the previous "
-                                    f"frame (t={last_t:.6f}); out of order")
-                frame = self._make_frame((index - self.first) // self.stride, color_item, depth_item)
+                frame = self._make_frame((index - self.first) // self.stride, pair)
             except SkipFrame as skip:
                 skip_frame(self.stats, skip.reason)
                 continue
-            last_t = frame.timestamp
             delivered += 1
             yield frame
-        for role in ("color",):
-            for item in pending[role]:
-                self._unmatched(item, role)
+        matcher.flush()
         if delivered == 0:
             reasons = "; ".join(self.stats.skip_reasons[:3]) or "no colour/depth pair"
             raise FrameError(f"{self.path}: no usable frame ({reasons})")
@@ -204,30 +189,21 @@ class RosbagSource(FrameSource):
             raise FrameError(f"{self.path}: topic '{self.topics[role]}' has encoding '{msg.encoding}'; "
                              f"{role} must be one of {', '.join(allowed)}")
 
-    def _nearest(self, queue: deque, t: float):
-        best = None
-        for item in queue:
-            d = abs(item[0] - t)
-            if d <= self.max_time_diff and (best is None or d < abs(best[0] - t)):
-                best = item
-        return best
-
-    def _drop_stale(self, pending: dict, t_now: float) -> None:
-        q = pending["color"]
-        while q and q[0][0] < t_now - PENDING_HORIZON_S:
-            self._unmatched(q.popleft(), "color")
-        q = pending["depth"]
-        while q and q[0][0] < t_now - PENDING_HORIZON_S:
-            q.popleft()
-
-    def _unmatched(self, item, role: str) -> None:
-        if role == "color":  # an unpaired depth image is no lost frame; an unpaired colour image is
-            skip_frame(self.stats, f"{self.path}: colour image at t={item[0]:.6f} has no depth image "
+    def _on_drop(self, kind: str, role: str, stamp_ns: int) -> None:
+        """A message the matcher dropped: an unpaired depth image is no lost frame; a colour one is."""
+        if role != "color":
+            return
+        t = stamp_ns * 1e-9
+        if kind == "unmatched_color":
+            skip_frame(self.stats, f"{self.path}: colour image at t={t:.6f} has no depth image "
                                    f"within {self.max_time_diff} s")
+        else:
+            skip_frame(self.stats, f"{self.path}: colour image at t={t:.6f} is not after the previous "
+                                   f"one or the last pair ({kind.replace('_', ' ')})")
 
-    def _make_frame(self, index: int, color_item, depth_item) -> Frame:
-        t, cmsg = color_item
-        _, dmsg = depth_item
+    def _make_frame(self, index: int, pair) -> Frame:
+        t_ns, cmsg, dmsg = pair
+        t = t_ns * 1e-9
         if self._pre is None:
             raise SkipFrame(f"{self.path}: frame at t={t:.6f} arrived before the first CameraInfo on "
                             f"'{self.topics['info']}'")

@@ -32,13 +32,3 @@ def render_spheres(
     return rasterizer.rasterize_spheres(
         means_c, radii, colors, opacities, K.float(), int(width), int(height), backend=backend, stats=stats
     )
-
-
-def scale_intrinsics(K: torch.Tensor, factor: float) -> torch.Tensor:
-    """K for an image resized by ``factor`` (< 1 shrinks), OpenCV pixel-centre convention."""
-    K2 = K.clone()
-    K2[0, 0] *= factor
-    K2[1, 1] *= factor
-    K2[0, 2] = (K[0, 2] + 0.5) * factor - 0.5
-    K2[1, 2] = (K[1, 2] + 0.5) * factor - 0.5
-    return K2

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+from slam.map.snapshot import MapSnapshot
 
 PARAM_DIM = 8
 MEANS, LOG_RADIUS, COLOR, OPACITY = slice(0, 3), 3, slice(4, 7), 7
@@ -33,24 +34,10 @@ def logit(p: torch.Tensor) -> torch.Tensor:
     return torch.log(p / (1 - p))
 
 
-@dataclass(frozen=True)
-class MapSnapshot:
-    """An immutable published version of the map, ready to render.
-
-    means: (N, 3) float32 metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
-    opacities: (N,) in [0, 1]; version: increases with every publish.
-    """
-
-    means: torch.Tensor
-    radii: torch.Tensor
-    colors: torch.Tensor
-    opacities: torch.Tensor
-    version: int
-    ready: Optional[torch.cuda.Event] = None   # recorded on the mapper's stream (CUDA only)
-
-    @property
-    def size(self) -> int:
-        return int(self.means.shape[0])
+def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Parameter rows (N, 8) -> (means (N, 3) metres, radii (N,) metres, colors (N, 3) in [0, 1],
+    opacities (N,) in [0, 1])."""
+    return rows[:, MEANS], torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
 
 
 def bytes_per_sphere() -> int:
@@ -67,7 +54,6 @@ class SphereMap:
         max_spheres: int = 2_000_000,
         max_mb: Optional[float] = None,
         chunk: int = 65536,
-        lrs: Optional[dict] = None,
     ) -> None:
         self.device = torch.device(device)
         self.chunk = int(chunk)
@@ -86,12 +72,6 @@ class SphereMap:
         self.exp_avg_sq = torch.zeros(0, PARAM_DIM, device=self.device)
         self.steps = torch.zeros(0, device=self.device)
         self.stats = {name: torch.zeros(0, device=self.device) for name in STAT_NAMES}
-        lrs = lrs or {}
-        self.lr = torch.tensor(
-            [lrs.get("means", 5e-4)] * 3 + [lrs.get("radii", 5e-3)] + [lrs.get("colors", 5e-3)] * 3
-            + [lrs.get("opacities", 5e-2)],
-            device=self.device,
-        )
         self._published: Optional[MapSnapshot] = None
         self._version = 0
         self._publish_lock = threading.Lock()
@@ -102,9 +82,8 @@ class SphereMap:
         return self.params[: self.n]
 
     def activated(self, rows: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
-        """(means (N,3), radii (N,), colors (N,3), opacities (N,)) from ``rows`` (default: live params)."""
-        p = self.active() if rows is None else rows
-        return p[:, MEANS], torch.exp(p[:, LOG_RADIUS]), torch.sigmoid(p[:, COLOR]), torch.sigmoid(p[:, OPACITY])
+        """``activate`` of ``rows`` (default: the live params)."""
+        return activate(self.active() if rows is None else rows)
 
     def nbytes(self) -> int:
         """Bytes held by the live spheres (params, optimiser state, statistics)."""
@@ -172,9 +151,10 @@ class SphereMap:
         return removed
 
     # ------------------------------------------------------------------ optimisation
-    def adam_step(self, grad: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15) -> None:
-        """One Adam update of the live rows from ``grad`` (N, 8); rows with zero grad and frozen
-        rows stay put.
+    def adam_step(self, grad: torch.Tensor, lr: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15) -> None:
+        """One Adam update of the live rows from ``grad`` (N, 8) with per-column learning rates
+        ``lr`` (8,) (on the map's device; the mapper builds it from its config: the map holds no
+        tuning values); rows with zero grad and frozen rows stay put.
 
         Bias correction is per row (a sphere added late has its own step count), so new spheres
         take full-size first steps while old ones keep their history.
@@ -197,7 +177,7 @@ class SphereMap:
         bc1 = 1 - b1 ** s                                           # (N, 1) bias corrections
         bc2 = 1 - b2 ** s
         denom = (v / bc2).sqrt_().add_(eps)
-        num = (m * ((1.0 - keep) / bc1)).mul_(self.lr)
+        num = (m * ((1.0 - keep) / bc1)).mul_(lr)
         self.params[n0:n].addcdiv_(num, denom, value=-1.0)
 
     # ------------------------------------------------------------------ publishing

@@ -16,8 +16,8 @@ import torch
 
 from slam.config import MappingConfig
 from slam.data.preprocess import downscale_color, downscale_depth, scale_K
-from slam.geometry import relative_motion
-from slam.observation import Observation
+from slam.geometry import invert, relative_motion
+from slam.observation import Observation, depth_edge_mask
 
 
 @dataclass
@@ -41,12 +41,38 @@ class Keyframe:
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
                         np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale))
 
-    def observation(self, device: torch.device) -> Observation:
-        """Upload as float tensors for one mapping step."""
-        return Observation.from_numpy(self.color, self.depth.astype(np.float32), self.K, device)
-
     def nbytes(self) -> int:
         return self.color.nbytes + self.depth.nbytes
+
+
+@dataclass
+class KeyframeView:
+    """A keyframe on a device in its compact form (uint8 colour, float16 depth, bool masks: 6 bytes
+    a pixel instead of 18): the one way a stored keyframe reaches the device (mapping steps,
+    densification, image metrics). ``observation()`` expands it to float images for the step that
+    uses them. The mapper keeps only the newest keyframe's view resident during a keyframe's
+    iterations; the other window keyframes are uploaded for the step that uses them."""
+
+    color: torch.Tensor      # (H, W, 3) uint8
+    depth: torch.Tensor      # (H, W) float16 metres
+    K: torch.Tensor          # (3, 3) float32, CPU
+    T_cw: torch.Tensor       # (4, 4) float32 world-to-camera, device
+    depth_ok: torch.Tensor   # (H, W) bool: valid depth away from depth edges
+    valid: torch.Tensor      # (H, W) bool: valid depth
+
+    @staticmethod
+    def upload(kf: Keyframe, device: torch.device) -> "KeyframeView":
+        """Copy ``kf`` to ``device`` (non-blocking) and derive its depth masks there."""
+        color = torch.from_numpy(kf.color).to(device, non_blocking=True)
+        depth = torch.from_numpy(kf.depth).to(device, non_blocking=True)
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+        d = depth.float()
+        return KeyframeView(color, depth, torch.as_tensor(kf.K, dtype=torch.float32), T_cw,
+                            depth_edge_mask(d), d > 0)
+
+    def observation(self) -> Observation:
+        """The keyframe as float images: colour (H, W, 3) in [0, 1], depth (H, W) metres."""
+        return Observation(self.color.float() / 255.0, self.depth.float(), self.K)
 
 
 class KeyframeSelector:

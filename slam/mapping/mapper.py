@@ -9,42 +9,12 @@ import torch
 
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
-from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.geometry import invert, transform_points
-from slam.mapping.keyframes import Keyframe, KeyframeStore
-from slam.observation import Observation, depth_edge_mask
-from slam.mapping.pruner import PruneReport, Pruner
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
-
-
-@dataclass
-class _DeviceView:
-    """A keyframe on the mapping device in its compact form (uint8 colour, float16 depth, bool
-    masks: 6 bytes a pixel instead of 18), expanded to float images only for the step that uses
-    it. Only the newest keyframe's view stays resident for a keyframe's iterations; the other
-    window keyframes are uploaded for the step that uses them."""
-
-    color: torch.Tensor      # (H, W, 3) uint8
-    depth: torch.Tensor      # (H, W) float16 metres
-    K: torch.Tensor          # (3, 3) float32, CPU
-    T_cw: torch.Tensor       # (4, 4) float32 world-to-camera, device
-    depth_ok: torch.Tensor   # (H, W) bool: valid depth away from depth edges
-    valid: torch.Tensor      # (H, W) bool: valid depth
-
-    @staticmethod
-    def upload(kf: Keyframe, device) -> "_DeviceView":
-        color = torch.from_numpy(kf.color).to(device, non_blocking=True)
-        depth = torch.from_numpy(kf.depth).to(device, non_blocking=True)
-        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
-        d = depth.float()
-        return _DeviceView(color, depth, torch.as_tensor(kf.K, dtype=torch.float32), T_cw,
-                           depth_edge_mask(d), d > 0)
-
-    def expand(self):
-        """(Observation with float images, T_cw, depth_ok, valid)."""
-        obs = Observation(self.color.float() / 255.0, self.depth.float(), self.K)
-        return obs, self.T_cw, self.depth_ok, self.valid
+from slam.mapping.densify import candidate_mask, seed_spheres
+from slam.mapping.keyframes import Keyframe, KeyframeStore, KeyframeView
+from slam.mapping.pruner import PruneReport, Pruner
 
 
 @dataclass
@@ -71,6 +41,9 @@ class Mapper:
         self.backend = backend
         self.pruner = Pruner(pruner_cfg)
         self.keyframes_seen = 0
+        # Adam's per-column learning rates in the row layout of ``SphereMap.params``.
+        self.lr = torch.tensor([cfg.lr_means] * 3 + [cfg.lr_radii] + [cfg.lr_colors] * 3 + [cfg.lr_opacities],
+                               device=smap.device)
         self.generator = torch.Generator().manual_seed(seed)
 
     def add_keyframe(self, kf: Keyframe) -> MappingReport:
@@ -79,7 +52,7 @@ class Mapper:
         report = MappingReport(kf.frame_index)
         device = self.smap.device
         # One upload of the new keyframe (compact) serves densification and the optimisation.
-        newest = self._view(kf, device)
+        newest = KeyframeView.upload(kf, device)
         report.added, report.novelty, budget_removed = self._densify(newest, kf, device)
         self.store.add(kf)
         self.keyframes_seen += 1
@@ -97,20 +70,17 @@ class Mapper:
         return report
 
     # ------------------------------------------------------------------ steps
-    def _densify(self, view: "_DeviceView", kf: Keyframe, device) -> tuple[int, float, int]:
+    def _densify(self, view: KeyframeView, kf: Keyframe, device) -> tuple[int, float, int]:
         """Seed spheres where the map is missing/wrong in keyframe ``kf`` (on the device as
         ``view``); returns (added, novelty, removed to make room). The float images live only
         for this call."""
-        obs = view.expand()[0]
+        obs = view.observation()
         T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
         if self.smap.n == 0:
             mask = candidate_mask(obs, None, self.cfg)
             priority, novelty = None, 1.0
         else:
-            snap = self.smap.latest()
-            with torch.no_grad():
-                out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, invert(T_wc),
-                                     obs.K, obs.width, obs.height, backend=self.backend)
+            out = self.smap.latest().render(obs.K, obs.width, obs.height, T_cw=invert(T_wc), backend=self.backend)
             mask = candidate_mask(obs, out, self.cfg)
             valid = obs.depth > 0
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
@@ -119,13 +89,10 @@ class Mapper:
         budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
         return self.smap.add(means, radii, colors, opacities), novelty, budget_removed
 
-    def _view(self, kf: Keyframe, device) -> "_DeviceView":
-        return _DeviceView.upload(kf, device)
-
     def _step(self, view, stats) -> torch.Tensor:
         """One optimisation step of every live sphere on one keyframe view; returns the loss.
         L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
-        o, T_cw, depth_ok, valid = view.expand()
+        o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
         rows = self.smap.active().detach().requires_grad_(True)
         means, radii, colors, opacities = self.smap.activated(rows)
         out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
@@ -139,10 +106,10 @@ class Mapper:
         if stats is not None:
             stats.pixel_error = (err_c * m).detach()
         loss.backward()
-        self.smap.adam_step(rows.grad)
+        self.smap.adam_step(rows.grad, self.lr)
         return loss.detach()
 
-    def _optimise(self, newest: "_DeviceView", window: list[Keyframe], device):
+    def _optimise(self, newest: KeyframeView, window: list[Keyframe], device):
         # Half the iterations on the newest keyframe (window[0], already on the device as
         # ``newest``); the rest cycle through the window, each uploaded for its step only (6 bytes
         # a pixel: a cheap copy, where the resident window was 4 MB of the 7-Scenes peak).
@@ -152,7 +119,7 @@ class Mapper:
             if it % 2 == 0 or len(window) == 1:
                 view = newest
             else:
-                view = self._view(window[1 + (it // 2) % (len(window) - 1)], device)
+                view = KeyframeView.upload(window[1 + (it // 2) % (len(window) - 1)], device)
             loss = self._step(view, stats)
             del view
         return float(loss), stats.weight_sum, stats.error_sum, self.cfg.iters
@@ -167,7 +134,7 @@ class Mapper:
         order = torch.randint(0, len(self.store.items), (iters,), generator=self.generator).tolist()
         loss = torch.zeros((), device=device)
         for k in order:
-            loss = self._step(self._view(self.store.items[k], device), None)
+            loss = self._step(KeyframeView.upload(self.store.items[k], device), None)
         self.smap.publish()
         return float(loss)
 

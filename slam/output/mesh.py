@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import numpy as np
+import torch
 
 
 def fuse_tsdf(views: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], voxel_size: float = 0.02,
@@ -50,22 +51,12 @@ def keyframe_views(keyframes: list, snapshot=None, backend: str = "auto"):
         for kf in keyframes:
             yield kf.color, kf.depth.astype(np.float32), kf.K, kf.T_wc
         return
-    import torch
-
-    from slam.geometry import invert
-    from slam.map.render import render_spheres
-
-    dev = snapshot.means.device
-    with torch.no_grad():
-        for kf in keyframes:
-            h, w = kf.depth.shape
-            T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=dev)
-            K = torch.as_tensor(kf.K, dtype=torch.float32, device=dev)
-            out = render_spheres(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities, T_cw, K,
-                                 w, h, backend=backend)
-            depth = torch.where(out.alpha > 0.5, out.depth, torch.zeros_like(out.depth)).cpu().numpy()
-            color = (out.color.clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
-            yield color, depth, kf.K, kf.T_wc
+    for kf in keyframes:
+        h, w = kf.depth.shape
+        out = snapshot.render(kf.K, w, h, T_wc=kf.T_wc, backend=backend)
+        depth = torch.where(out.alpha > 0.5, out.depth, torch.zeros_like(out.depth)).cpu().numpy()
+        color = (out.color.clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
+        yield color, depth, kf.K, kf.T_wc
 
 
 def write_mesh(path: str | Path, keyframes: list, snapshot=None, backend: str = "auto",

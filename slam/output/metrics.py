@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import logging
-import resource
-import sys
 from typing import Optional
 
 import numpy as np
 import torch
 
-from slam.geometry import invert
-from slam.map.render import render_spheres
-from slam.map.sphere_map import bytes_per_sphere
+from slam.eval.images import depth_l1, psnr, ssim
+from slam.eval.trajectory import evaluate_trajectory
+from slam.mapping.keyframes import KeyframeView
+from slam.runtime.recorder import peak_rss_mb
+from slam.runtime.result import RunResult
+from slam.tracking.relocalise import summarise
 
 log = logging.getLogger("slam.metrics")
 
@@ -19,8 +20,6 @@ log = logging.getLogger("slam.metrics")
 def trajectory_metrics(frames: list) -> dict:
     """ATE / RPE (through evo, SE(3) Umeyama alignment, no scale) of the estimated poses against
     the ground truth carried by the frames, over all frames and over keyframes."""
-    from slam.eval.trajectory import evaluate_trajectory
-
     out: dict = {"trajectory": None, "trajectory_keyframes": None}
     for key, subset in (("trajectory", frames), ("trajectory_keyframes", [f for f in frames if f.keyframe])):
         with_gt = [f for f in subset if f.gt_pose is not None]
@@ -34,21 +33,17 @@ def trajectory_metrics(frames: list) -> dict:
 
 
 @torch.no_grad()
-def image_metrics(system, every: int = 1) -> Optional[dict]:
+def image_metrics(result: RunResult, every: int = 1) -> Optional[dict]:
     """PSNR / SSIM / depth L1 of the final map rendered at the estimated keyframe poses,
     against the stored keyframe images (at the keyframe store's resolution)."""
-    from slam.eval.images import depth_l1, psnr, ssim
-
-    snap = system.smap.latest()
-    kfs = system.store.items[::every]
+    snap = result.snapshot
+    kfs = result.keyframes[::every]
     if snap is None or not kfs:
         return None
     vals = {"psnr": [], "ssim": [], "depth_l1_m": []}
     for kf in kfs:
-        obs = kf.observation(system.device)
-        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=system.device)
-        out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw, obs.K, obs.width,
-                             obs.height, backend=system.cfg.raster.backend)
+        obs = KeyframeView.upload(kf, result.device).observation()
+        out = snap.render(obs.K, obs.width, obs.height, T_wc=kf.T_wc, backend=result.backend)
         vals["psnr"].append(float(psnr(out.color.clamp(0, 1), obs.color)))
         vals["ssim"].append(float(ssim(out.color.clamp(0, 1), obs.color)))
         vals["depth_l1_m"].append(float(depth_l1(out.depth, obs.depth)))
@@ -59,41 +54,20 @@ def image_metrics(system, every: int = 1) -> Optional[dict]:
     return res
 
 
-def current_rss_mb() -> float:
-    """Resident memory of this process now (MB); NaN where /proc is unavailable."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize() / 1e6
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (MB)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return ru / 1024.0 if sys.platform != "darwin" else ru / 1e6
-
-
-def gpu_memory_sample(device: torch.device) -> tuple[float, float]:
-    """(allocated now, peak so far) in MB on a CUDA device; NaNs elsewhere."""
-    if device.type != "cuda":
-        return float("nan"), float("nan")
-    return torch.cuda.memory_allocated(device) / 1e6, torch.cuda.max_memory_allocated(device) / 1e6
-
-
 def _round_or_none(x: float):
     return None if x != x else round(float(x), 1)
 
 
-def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> dict:
-    """Everything that goes into metrics.json."""
-    rec = system.recorder
+def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Optional[int] = 1) -> dict:
+    """Everything that goes into metrics.json. ``eval_images_every``: evaluate PSNR/SSIM on every
+    n-th keyframe (``output.eval_images_every``); None skips the image metrics."""
+    rec = result.recorder
     frames, mapping, counts = rec.snapshot()
     track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
     map_ms = np.array([m.ms for m in mapping]) if mapping else np.zeros(0)
     m: dict = {
         "stop_reason": rec.stop_reason,
-        "device": str(system.device),
+        "device": str(result.device),
         "frames": len(frames),
         "keyframes": sum(1 for f in frames if f.keyframe),
         "skipped_frames": getattr(source_stats, "skipped", 0) if source_stats is not None else 0,
@@ -112,10 +86,10 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
         },
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
-        "spheres": system.smap.n,
-        "sphere_budget": system.smap.budget,
-        "max_spheres_seen": system.smap.peak_n,
-        "map_mb": system.smap.n * bytes_per_sphere() / 1e6,
+        "spheres": result.spheres,
+        "sphere_budget": result.sphere_budget,
+        "max_spheres_seen": result.max_spheres_seen,
+        "map_mb": result.map_bytes / 1e6,
         "sphere_counts": [[int(i), int(c)] for i, c in counts],
         # [frame, process RSS, keyframe store, GPU allocated, GPU peak so far] MB
         "memory_over_time_mb": [[int(row[0])] + [_round_or_none(x) for x in row[1:]] for row in rec.memory_mb],
@@ -125,9 +99,9 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
             "oversized": sum(r.pruned.removed_oversized for r in mapping),
             "budget": sum(r.pruned.removed_budget for r in mapping),
         },
-        "keyframe_store_mb": system.store.nbytes() / 1e6,
+        "keyframe_store_mb": result.keyframe_store_bytes / 1e6,
         "peak_rss_mb": peak_rss_mb(),
-        "peak_gpu_mb": (torch.cuda.max_memory_allocated(system.device) / 1e6) if system.device.type == "cuda" else None,
+        "peak_gpu_mb": (torch.cuda.max_memory_allocated(result.device) / 1e6) if result.device.type == "cuda" else None,
     }
     # Evaluation must never cost the run its outputs: a failure here is recorded, not raised.
     try:
@@ -135,9 +109,11 @@ def collect_metrics(system, source_stats=None, evaluate_images: bool = True) -> 
     except Exception as exc:  # noqa: BLE001
         log.error("trajectory evaluation failed: %s: %s", type(exc).__name__, exc)
         m["trajectory_error"] = f"{type(exc).__name__}: {exc}"
-    if evaluate_images:
+    if result.mode != "slam":
+        m["relocalisation"] = summarise(result.relocalisations, result.mode)
+    if eval_images_every is not None:
         try:
-            m["images"] = image_metrics(system, system.cfg.output.eval_images_every)
+            m["images"] = image_metrics(result, eval_images_every)
         except Exception as exc:  # noqa: BLE001
             log.error("image evaluation failed: %s: %s", type(exc).__name__, exc)
             m["images_error"] = f"{type(exc).__name__}: {exc}"

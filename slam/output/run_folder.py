@@ -11,7 +11,10 @@ from typing import Optional
 import numpy as np
 
 from slam.config import Config, dump_config
-from slam.map.map_io import save_map
+from slam.map.map_io import keyframes_path, save_keyframes, save_map
+from slam.output.mesh import write_mesh
+from slam.output.plots import write_plots
+from slam.runtime.result import RunResult
 from slam.trajectory_io import write_tum_trajectory
 
 log = logging.getLogger("slam.output.run_folder")
@@ -40,9 +43,9 @@ def attach_log(run_dir: Path) -> logging.Handler:
     return handler
 
 
-def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
+def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) -> None:
     """Write everything a run leaves behind. Called on success, error and Ctrl-C alike."""
-    frames, _, _ = system.recorder.snapshot()
+    frames, _, _ = result.recorder.snapshot()
     dump_config(cfg, run_dir / "config.yaml")
     if frames:
         write_tum_trajectory(run_dir / "trajectory.txt", np.array([f.timestamp for f in frames]),
@@ -51,33 +54,24 @@ def write_outputs(run_dir: Path, cfg: Config, system, metrics: dict) -> None:
     if kfs:
         write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
-    rows, _ = system.map_to_save()
+    rows = result.map_rows
     if cfg.output.save_map and rows.shape[0] > 0:
         save_map(run_dir / "map.ply", rows)
-    # --- issue 5: keyframe side file, plots, mesh (each guarded: never lose the outputs above) ---
-    _write_extras(run_dir, cfg, system, frames)
+    # The keyframe side file, plots, mesh: each guarded, never lose the outputs above.
+    _write_extras(run_dir, cfg, result, frames)
     (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
 
 
-def _write_extras(run_dir: Path, cfg: Config, system, frames: list) -> None:
+def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
     """``map.keyframes.npz`` (slam.map.map_io), ``trajectory.png``/``translation_error.png``
-    (slam.output.plots, when ground truth exists), ``mesh.ply`` (slam.output.mesh, when ``output.mesh``)."""
+    (slam.output.plots, when ground truth exists), ``mesh.ply`` (slam.output.mesh, when
+    ``output.mesh``)."""
     def side_file():
-        from slam.map.map_io import keyframes_path, save_keyframes
-        rows, keyframes = system.map_to_save()
-        save_keyframes(keyframes_path(run_dir / "map.ply"), keyframes, int(rows.shape[0]))
+        save_keyframes(keyframes_path(run_dir / "map.ply"), result.map_keyframes, int(result.map_rows.shape[0]))
 
-    def plots():
-        from slam.output.plots import write_plots
-        write_plots(run_dir, frames)
-
-    def mesh():
-        from slam.output.mesh import write_mesh
-        write_mesh(run_dir / "mesh.ply", list(system.store.items))
-
-    steps = [("keyframe side file", side_file, cfg.output.save_map and system.smap.n > 0 and len(system.store) > 0),
-             ("plots", plots, cfg.output.plots and bool(frames)),
-             ("mesh", mesh, cfg.output.mesh and len(system.store) > 0)]
+    steps = [("keyframe side file", side_file, cfg.output.save_map and result.spheres > 0 and len(result.keyframes) > 0),
+             ("plots", lambda: write_plots(run_dir, frames), cfg.output.plots and bool(frames)),
+             ("mesh", lambda: write_mesh(run_dir / "mesh.ply", result.keyframes), cfg.output.mesh and len(result.keyframes) > 0)]
     for what, step, wanted in steps:
         if not wanted:
             continue

@@ -30,6 +30,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from slam.data.preprocess import scale_K
+from slam.runtime.recorder import peak_rss_mb
+
 log = logging.getLogger("slam.output.viewer")
 
 APP_ID = "sphere_slam"
@@ -92,7 +95,6 @@ def peak_memory_mb(device: torch.device) -> float:
     """Peak GPU memory (CUDA) or the process's peak resident memory (CPU), MB."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 1e6
-    from slam.output.metrics import peak_rss_mb
     return peak_rss_mb()
 
 
@@ -232,18 +234,8 @@ class RerunViewer:
     def _render(self, snap, K: np.ndarray, w: int, h: int, T_wc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The map at pose T_wc: colour (h', w', 3) uint8, depth (h', w') float32 m (0 = empty);
         at most ``render_width`` px wide."""
-        from slam.geometry import invert
-        from slam.map.render import render_spheres, scale_intrinsics
-
-        if snap.ready is not None:
-            torch.cuda.current_stream(snap.means.device).wait_event(snap.ready)
         factor = max(1, -(-w // self.render_width))
-        Kt = torch.as_tensor(K, dtype=torch.float32, device=snap.means.device)
-        if factor > 1:
-            Kt = scale_intrinsics(Kt, 1.0 / factor)
-        T_cw = torch.as_tensor(invert(T_wc), dtype=torch.float32, device=snap.means.device)
-        out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw, Kt, w // factor,
-                             h // factor, backend=self.backend)
+        out = snap.render(scale_K(K, factor), w // factor, h // factor, T_wc=T_wc, backend=self.backend)
         color = (out.color.clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
         depth = torch.where(out.alpha > 0.5, out.depth, torch.zeros_like(out.depth)).float().cpu().numpy()
         return color, depth

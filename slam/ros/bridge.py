@@ -24,14 +24,20 @@ from typing import Optional, Protocol
 import numpy as np
 import torch
 
-from slam.runtime.channel import Closed
 from slam.config import Config
 from slam.data.frame import SourceStats
+from slam.data.ros_convert import stamp_ns
+from slam.map.map_io import save_map
+from slam.map.sphere_map import logit
+from slam.output.metrics import collect_metrics
+from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
 from slam.ros.live_source import LiveSource
 from slam.ros.params import RosParams, topics
-from slam.ros.sync import StampMatcher
+from slam.data.stamp_matcher import StampMatcher
+from slam.runtime.channel import Closed
+from slam.runtime.system import SlamSystem
 
 log = logging.getLogger("slam.ros")
 DEFAULT_CAMERA_FRAME = "camera_color_optical_frame"
@@ -47,34 +53,19 @@ class Sink(Protocol):
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]: ...
 
 
-def stamp_ns(msg) -> int:
-    """``msg.header.stamp`` as integer nanoseconds (ROS 1 secs/nsecs or ROS 2 sec/nanosec)."""
-    s = msg.header.stamp
-    if hasattr(s, "nanosec"):
-        return int(s.sec) * 1_000_000_000 + int(s.nanosec)
-    if hasattr(s, "nsecs"):
-        return int(s.secs) * 1_000_000_000 + int(s.nsecs)
-    return int(round(float(s.to_sec()) * 1e9))
-
-
 def snapshot_rows(snap) -> torch.Tensor:
     """A published ``MapSnapshot`` -> parameter rows (N, 8) for ``slam.map.map_io.save_map``."""
-    from slam.map.sphere_map import logit
-
     return torch.cat([snap.means, torch.log(snap.radii)[:, None], logit(snap.colors),
                       logit(snap.opacities)[:, None]], dim=1)
 
 
 class SlamBridge:
     def __init__(self, params: RosParams, cfg: Config, sink: Sink) -> None:
-        from slam.output.run_folder import attach_log, make_run_dir
-        from slam.runtime.system import SlamSystem
-
         self.params, self.cfg, self.sink = params, cfg, sink
         self.topics = topics(params, cfg)
         self.tf_mode = params.resolved_tf_mode()
         d = cfg.data
-        self.matcher = StampMatcher(int(round(d.max_time_diff * 1e9)), params.max_pending)
+        self.matcher = StampMatcher(int(round(d.max_time_diff * 1e9)), params.max_pending, logger="slam.ros")
         self.assembler = FrameAssembler(self.topics["info"], 1000.0 if d.depth_scale is None else d.depth_scale,
                                         d.downscale, d.intrinsics, d.distortion, params.info_warn_period_s)
         self.source = LiveSource(params.queue_size, params.queue_policy)
@@ -129,9 +120,6 @@ class SlamBridge:
         with self._shutdown_lock:
             if self.metrics is not None:
                 return self.metrics
-            from slam.output.run_folder import summary_text, write_outputs
-            from slam.output.metrics import collect_metrics
-
             self.source.close()
             if self._worker is not None:
                 self._worker.join(timeout_s)
@@ -142,11 +130,12 @@ class SlamBridge:
             if self._extras is not None:
                 self._extras.join(10.0)
             stats = self.input_stats()
-            metrics = collect_metrics(self.system, stats)
+            result = self.system.result()
+            metrics = collect_metrics(result, stats, self.cfg.output.eval_images_every)
             metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
                                     "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
                                     "published_odometry": self.published}
-            write_outputs(self.run_dir, self.cfg, self.system, metrics)
+            write_outputs(self.run_dir, self.cfg, result, metrics)
             log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
             print(summary_text(metrics, self.run_dir), flush=True)
             logging.getLogger("slam").removeHandler(self._log_handler)
@@ -257,7 +246,7 @@ class SlamBridge:
                 log.error("cloud/image publishing failed:\n%s", traceback.format_exc())
 
     def _publish_extras(self, now: float) -> None:
-        snap = self.system.smap.latest()
+        snap = self.system.latest_map()
         if snap is None or snap.size == 0:
             return
         t_ns, T_wc, K, w, h = self._last
@@ -270,25 +259,17 @@ class SlamBridge:
         if self._render_throttle.ready(now):
             self.sink.publish_image(self.render(snap, T_wc, K, w, h, t_ns))
 
-    @torch.no_grad()
     def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:
-        """The map rendered at ``T_wc`` -> rgb8 image data in the camera frame."""
-        from slam.map.render import render_spheres
-
-        dev = snap.means.device
-        T_cw = torch.as_tensor(np.linalg.inv(T_wc), dtype=torch.float32, device=dev)
-        out = render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw,
-                             torch.as_tensor(K, dtype=torch.float32, device=dev), w, h,
-                             backend=self.cfg.raster.backend)
+        """The map rendered at ``T_wc`` -> rgb8 image data in the camera frame (on this thread's
+        stream: ``MapSnapshot.render`` waits for the mapper's writes)."""
+        out = snap.render(K, w, h, T_wc=T_wc, backend=self.cfg.raster.backend)
         px = (out.color.clamp(0, 1) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
         return out_data.ImageData(t_ns, self.camera_frame or DEFAULT_CAMERA_FRAME, px)
 
     # ------------------------------------------------------------------ services
     def save_map(self, path: Optional[str] = None) -> tuple[bool, str]:
         """Write the latest published map as a 3DGS PLY (default: <run folder>/map_<n>.ply)."""
-        from slam.map.map_io import save_map
-
-        snap = self.system.smap.latest()
+        snap = self.system.latest_map()
         if snap is None or snap.size == 0:
             return False, "the map is empty (no keyframe mapped yet)"
         target = Path(path) if path else self.run_dir / f"map_{snap.version:05d}.ply"

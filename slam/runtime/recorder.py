@@ -1,12 +1,16 @@
-"""What a run records while it goes: poses, timings, map size, failures. Thread-safe appends."""
+"""What a run records while it goes: poses, timings, map size, failures (thread-safe appends), and
+the process memory probes it records them with."""
 from __future__ import annotations
 
+import resource
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+import torch
 
 
 @dataclass
@@ -64,3 +68,25 @@ class RunRecorder:
     def wall_s(self) -> float:
         end = self.finished if self.finished is not None else time.perf_counter()
         return end - self.started
+
+
+def current_rss_mb() -> float:
+    """Resident memory of this process now (MB); NaN where /proc is unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 1e6
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return ru / 1024.0 if sys.platform != "darwin" else ru / 1e6
+
+
+def gpu_memory_sample(device: torch.device) -> tuple[float, float]:
+    """(allocated now, peak so far) in MB on a CUDA device; NaNs elsewhere."""
+    if device.type != "cuda":
+        return float("nan"), float("nan")
+    return torch.cuda.memory_allocated(device) / 1e6, torch.cuda.max_memory_allocated(device) / 1e6

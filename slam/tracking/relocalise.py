@@ -32,12 +32,23 @@ import cv2
 import numpy as np
 import torch
 
-from slam.config import TrackingConfig
+from slam.config import RelocaliseConfig, TrackingConfig
 from slam.geometry import invert, orthonormalize
+from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
-from slam.map.render import render_spheres
-from slam.map.sphere_map import MapSnapshot
+from slam.tracking.tracker import Tracker
+
+# ORB + PnP settings. Fixed, not tuning values: they make feature matching work on small images
+# (ORB needs about VGA width, so smaller images are upsampled) and RANSAC robust; the relocaliser's
+# tuning values (how many candidates, when to accept) are in ``RelocaliseConfig``.
+ORB_FEATURES = 1500
+ORB_WIDTH = 640.0            # px: images narrower than this are upsampled before ORB
+PNP_MIN_INLIERS = 12
+PNP_ITERATIONS = 300
+PNP_CONFIDENCE = 0.999
+# Verification renders at most this wide (px): agreement is a coverage statistic, not a detail one.
+VERIFY_WIDTH = 160
 
 
 @dataclass
@@ -77,17 +88,17 @@ def _perturbations(shift: float, angle_deg: float) -> list[np.ndarray]:
     return out
 
 
-def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 12) -> Optional[tuple[np.ndarray, int]]:
+def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = PNP_MIN_INLIERS) -> Optional[tuple[np.ndarray, int]]:
     """(T_wc (4, 4), RANSAC inlier count) of an image (``color`` (H, W, 3) uint8, intrinsics
     ``K``) from ORB matches against keyframe ``kf`` lifted to 3D with its depth and pose (PnP +
     RANSAC); None if too few consistent matches."""
-    scale = max(1.0, 640.0 / color.shape[1])   # ORB needs some pixels: upsample small images
+    scale = max(1.0, ORB_WIDTH / color.shape[1])   # ORB needs some pixels: upsample small images
 
     def features(img):
         g = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
         if scale > 1:
             g = cv2.resize(g, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
-        return cv2.ORB_create(nfeatures=1500).detectAndCompute(g, None)
+        return cv2.ORB_create(nfeatures=ORB_FEATURES).detectAndCompute(g, None)
 
     kq, dq = features(color)
     kk, dk = features(kf.color)
@@ -110,9 +121,9 @@ def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 
     if len(obj) < min_inliers:
         return None
     ok, rvec, tvec, inl = cv2.solvePnPRansac(np.asarray(obj, np.float64), np.asarray(img, np.float64),
-                                             np.asarray(K, np.float64), None, iterationsCount=300,
-                                             reprojectionError=max(1.5, 3.0 * color.shape[1] / 640.0),
-                                             confidence=0.999)
+                                             np.asarray(K, np.float64), None, iterationsCount=PNP_ITERATIONS,
+                                             reprojectionError=max(1.5, 3.0 * color.shape[1] / ORB_WIDTH),
+                                             confidence=PNP_CONFIDENCE)
     if not ok or inl is None or len(inl) < min_inliers:
         return None
     T_cw = np.eye(4)
@@ -124,60 +135,55 @@ def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = 
 class Relocaliser:
     """Finds a frame's pose in a saved map from the saved keyframes (see module doc)."""
 
-    def __init__(self, keyframes: list[Keyframe], tracking: TrackingConfig, backend: str = "auto",
-                 coarse_width: int = 40, top_k: int = 4, refine_k: int = 3, pnp_k: int = 8, pnp_refine: int = 2,
-                 min_coverage: float = 0.3, min_agreement: float = 0.7, shift: float = 0.1, angle_deg: float = 8.0,
-                 refine_iters: Optional[int] = None, use_features: bool = True) -> None:
+    def __init__(self, keyframes: list[Keyframe], cfg: RelocaliseConfig, tracking: TrackingConfig,
+                 backend: str = "auto") -> None:
         if not keyframes:
             raise ValueError("relocalisation needs at least one saved keyframe")
         self.keyframes = keyframes
-        self.use_features = use_features
+        self.cfg = cfg
         self.poses = [np.asarray(kf.T_wc, dtype=np.float64) for kf in keyframes]
         self.backend = backend
-        self.coarse_width = coarse_width
-        self.top_k, self.refine_k, self.pnp_k, self.pnp_refine = top_k, refine_k, pnp_k, pnp_refine
-        self.min_coverage, self.min_agreement = min_coverage, min_agreement
-        self.deltas = _perturbations(shift, angle_deg)
-        iters = refine_iters if refine_iters is not None else max(tracking.recovery_iters, tracking.iters)
-        self.track_cfg = dataclasses.replace(tracking, iters=iters, pyramid_levels=max(3, tracking.pyramid_levels),
+        self.deltas = _perturbations(cfg.shift, cfg.angle_deg)
+        # Candidates start far from the truth: the tracker refines them with its recovery budget
+        # and at least three pyramid levels, judged by verification, not by the spike test.
+        self.track_cfg = dataclasses.replace(tracking, iters=max(tracking.recovery_iters, tracking.iters),
+                                             pyramid_levels=max(3, tracking.pyramid_levels),
                                              residual_spike=float("inf"))
         self.attempts = 0
 
     # ------------------------------------------------------------------ public
     @torch.no_grad()
     def relocalise(self, obs: Observation, snap: MapSnapshot) -> RelocResult:
-        """Estimate the pose of ``obs`` (full-resolution frame) in ``snap``'s map."""
-        from slam.tracking.tracker import Tracker
-
+        """Estimate the pose of ``obs`` (at the tracking resolution) in ``snap``'s map."""
         t0 = time.perf_counter()
         self.attempts += 1
-        factor = max(1, obs.width // self.coarse_width)
+        factor = max(1, obs.width // self.cfg.coarse_width)
         coarse = obs.downsampled(factor)
         scores = [self._score(coarse, snap, T) for T in self.poses]
         ranked = [int(i) for i in np.argsort(scores)]
         # Render-and-compare candidates: the best keyframe poses and perturbations around them.
         cands: list[tuple[float, np.ndarray, int]] = []
-        for i in ranked[: self.top_k]:
+        for i in ranked[: self.cfg.top_k]:
             for k, d in enumerate(self.deltas):
                 T = self.poses[i] @ d
                 cands.append((scores[i] if k == 0 else self._score(coarse, snap, T), T, i))
         cands.sort(key=lambda c: c[0])
-        picked = _distinct(cands, self.refine_k)
+        picked = _distinct(cands, self.cfg.refine_k)
         # Feature candidates: ORB + PnP against the best-looking keyframes, refined on their own
         # merit (geometric evidence), not on the coarse score (a true pose near the map's edge
         # scores worse than a wrong pose looking at a well-mapped wall).
         n_scored = len(cands) + len(self.poses)
-        if self.use_features:
+        if self.cfg.use_features:
             color_u8 = (obs.color * 255).round().to(torch.uint8).cpu().numpy()
             pnp = []
-            for i in ranked[: self.pnp_k]:
+            for i in ranked[: self.cfg.pnp_k]:
                 found = pnp_pose(color_u8, obs.K.cpu().numpy(), self.keyframes[i])
                 if found is not None:
                     pnp.append((-float(found[1]), found[0], i))
             pnp.sort(key=lambda c: c[0])
-            picked += _distinct(pnp, self.pnp_refine, picked)
+            picked += _distinct(pnp, self.cfg.pnp_refine, picked)
             n_scored += len(pnp)
-        verify_obs = obs.downsampled(max(1, obs.width // 160))
+        verify_obs = obs.downsampled(max(1, obs.width // VERIFY_WIDTH))
         best: Optional[RelocResult] = None
         for _, T0, kf in picked:
             tracker = Tracker(self.track_cfg, self.backend)
@@ -185,7 +191,7 @@ class Relocaliser:
             res = tracker.track(obs, snap)
             T = res.T_wc if np.all(np.isfinite(res.T_wc)) else T0
             coverage, agreement = self._verify(verify_obs, snap, T)
-            r = RelocResult(T, coverage >= self.min_coverage and agreement >= self.min_agreement,
+            r = RelocResult(T, self._accepted(coverage, agreement),
                             coverage * agreement, res.loss, kf, n_scored, 0.0)
             if best is None or (r.ok, r.inliers) > (best.ok, best.inliers):
                 best = r
@@ -197,14 +203,15 @@ class Relocaliser:
     def verify(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> bool:
         """Does the map agree with ``obs`` at ``T_wc`` (the acceptance test of step 3, at <= 160 px)?
         Used on tracked poses too: a tracker drifting off the saved map fails it."""
-        coverage, agreement = self._verify(obs.downsampled(max(1, obs.width // 160)), snap, T_wc)
-        return coverage >= self.min_coverage and agreement >= self.min_agreement
+        coverage, agreement = self._verify(obs.downsampled(max(1, obs.width // VERIFY_WIDTH)), snap, T_wc)
+        return self._accepted(coverage, agreement)
 
     # ------------------------------------------------------------------ scoring
+    def _accepted(self, coverage: float, agreement: float) -> bool:
+        return coverage >= self.cfg.min_coverage and agreement >= self.cfg.min_agreement
+
     def _render(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray):
-        T_cw = torch.as_tensor(invert(orthonormalize(T_wc)), dtype=torch.float32, device=snap.means.device)
-        return render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T_cw, obs.K,
-                              obs.width, obs.height, backend=self.backend)
+        return snap.render(obs.K, obs.width, obs.height, T_wc=orthonormalize(T_wc), backend=self.backend)
 
     def _score(self, obs: Observation, snap: MapSnapshot, T_wc: np.ndarray) -> float:
         """Mean per-pixel disagreement in [0, 2] over valid-depth pixels (lower is better)."""
@@ -273,28 +280,3 @@ def summarise(results: list[RelocResult], mode: str) -> dict:
         "keyframe": None if found is None else int(results[found].keyframe),
         "relocalisations_later": max(0, sum(1 for r in results if r.ok) - 1),
     }
-
-
-class RetrySchedule:
-    """Spaces out relocalisation attempts while lost: after each failed attempt the next
-    ``skip`` frames are not tried, ``skip`` doubling from 1 up to ``max_skip``; a success resets
-    it. Keeps a camera that has left the map from spending every frame on a full relocalisation."""
-
-    def __init__(self, max_skip: int = 16) -> None:
-        self.max_skip = max_skip
-        self.skip = 0          # frames still to wait before the next attempt
-        self.next_skip = 1
-
-    def should_try(self) -> bool:
-        """Call once per lost frame; True when this frame should attempt relocalisation."""
-        if self.skip > 0:
-            self.skip -= 1
-            return False
-        return True
-
-    def failed(self) -> None:
-        self.skip = self.next_skip
-        self.next_skip = min(self.next_skip * 2, self.max_skip)
-
-    def succeeded(self) -> None:
-        self.skip, self.next_skip = 0, 1

@@ -1,0 +1,90 @@
+"""``MapSnapshot``: an immutable published version of the map, and the one way to render it.
+
+The mapper (the only writer of the map) publishes a snapshot after every keyframe
+(``SphereMap.publish``); every other reader - the tracker, the relocaliser, metrics, the viewer,
+the mesh export, the ROS bridge - renders the map through ``MapSnapshot.render``, from whichever
+thread it runs on. On CUDA the snapshot's tensors were written on the mapper's stream: ``render``
+makes the caller's current stream wait for the mapper's ``ready`` event and marks the tensors as
+used on that stream (``record_stream``), so the allocator never hands their memory to the mapper
+while the caller's kernels still read it. Both happen once per (snapshot, stream), not per render.
+On the CPU everything is ordered already.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+import rasterizer
+from slam.geometry import invert
+from slam.map.render import render_spheres
+
+
+@dataclass(frozen=True)
+class MapSnapshot:
+    """An immutable published version of the map, ready to render.
+
+    means: (N, 3) float32 metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
+    opacities: (N,) in [0, 1]; version: increases with every publish; ready: CUDA event recorded
+    on the mapper's stream after the tensors were written (None on the CPU).
+    """
+
+    means: torch.Tensor
+    radii: torch.Tensor
+    colors: torch.Tensor
+    opacities: torch.Tensor
+    version: int
+    ready: Optional[torch.cuda.Event] = None
+    # CUDA streams already synchronised with ``ready`` (see ``wait``); internal bookkeeping.
+    _synced: set = field(default_factory=set, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.means.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.means.device
+
+    def wait(self) -> None:
+        """Make the calling thread's current CUDA stream wait for the mapper's writes and keep the
+        tensors' memory alive for it (no-op on the CPU, and after the first call per stream)."""
+        if not self.means.is_cuda:
+            return
+        stream = torch.cuda.current_stream(self.means.device)
+        key = stream.cuda_stream
+        with self._lock:
+            if key in self._synced:
+                return
+            if self.ready is not None:
+                stream.wait_event(self.ready)
+            for t in (self.means, self.radii, self.colors, self.opacities):
+                t.record_stream(stream)
+            self._synced.add(key)
+
+    @torch.no_grad()
+    def render(self, K, width: int, height: int, *, T_wc: Optional[np.ndarray] = None,
+               T_cw: Optional[np.ndarray] = None, backend: str = "auto") -> rasterizer.RasterOutput:
+        """Render the snapshot seen from a camera pose, on the caller's current stream.
+
+        K: (3, 3) intrinsics of the target resolution (tensor or array; kept on the CPU, where the
+        rasterizer reads it without a device sync). width, height: px. Exactly one of
+        T_wc (4, 4) camera-to-world or T_cw (4, 4) world-to-camera (host arrays, float64; the
+        tracker keeps its estimate as T_cw). Returns ``rasterizer.RasterOutput`` (colour (H, W, 3),
+        depth (H, W) metres, alpha (H, W)); never records gradients.
+        """
+        if (T_wc is None) == (T_cw is None):
+            raise ValueError("give exactly one of T_wc and T_cw")
+        if T_cw is None:
+            T_cw = invert(np.asarray(T_wc, dtype=np.float64))
+        self.wait()
+        T = torch.as_tensor(T_cw, dtype=torch.float32).to(self.means.device)
+        K = torch.as_tensor(K, dtype=torch.float32)
+        if K.device.type != "cpu":
+            K = K.cpu()
+        return render_spheres(self.means, self.radii, self.colors, self.opacities, T, K, width, height,
+                              backend=backend)

@@ -1,0 +1,130 @@
+"""Running a ``SlamSystem``'s two steps: threaded (a tracking and a mapping thread joined by
+bounded channels) or sequentially in the caller's thread.
+
+End of input closes the channels in order (the mapper drains, then runs the final refinement).
+An exception in any stage aborts every channel (every blocked stage wakes with ``Closed``), every
+thread ends, and the runner re-raises the first error; Ctrl-C stops the same way. Each thread has
+its own CUDA stream.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import nullcontext
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from slam.runtime.channel import Channel, Closed
+
+log = logging.getLogger("slam.system")
+
+Progress = Optional[Callable[[object], None]]
+
+
+def run_sequential(system, frames: Iterable, progress: Progress) -> None:
+    """Track each frame, map its keyframe at once, refine at the end: one thread, fixed order."""
+    try:
+        for frame in frames:
+            rec, kf = system.track_frame(frame)
+            if kf is not None:
+                system.map_keyframe(kf)
+            if progress:
+                progress(rec)
+        system.finish_map()
+    except KeyboardInterrupt:
+        system.recorder.finish("interrupted (Ctrl-C)")
+        raise
+    except Exception as exc:
+        system.recorder.finish(f"error: {type(exc).__name__}: {exc}")
+        raise
+
+
+class _ThreadedRun:
+    """One threaded run: the channels, the threads' loops and the shared error state."""
+
+    def __init__(self, system, progress: Progress) -> None:
+        self.system = system
+        self.progress = progress
+        queue = system.cfg.system.queue_size
+        self.frames = Channel(queue)
+        self.keyframes = Channel(queue)
+        self.map_ready = threading.Event()   # the first keyframe is mapped
+        self.errors: list[BaseException] = []
+        self.aborted = False
+
+    def guard(self, loop) -> None:
+        device = self.system.device
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        try:
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                loop()
+        except Closed:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - every stage error must reach the caller
+            log.error("%s thread failed: %s: %s", threading.current_thread().name, type(exc).__name__, exc)
+            self.errors.append(exc)
+            self.abort()
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.frames.abort()
+        self.keyframes.abort()
+        self.map_ready.set()
+
+    def tracking_loop(self) -> None:
+        system = self.system
+        try:
+            while True:
+                rec, kf = system.track_frame(self.frames.get())
+                if kf is not None:
+                    self.keyframes.put(kf)
+                    if system.latest_map() is None:
+                        self.map_ready.wait()  # the first keyframe must be mapped before tracking
+                if self.progress:
+                    self.progress(rec)
+        finally:
+            self.keyframes.close()
+
+    def mapping_loop(self) -> None:
+        while True:
+            try:
+                kf = self.keyframes.get()
+            except Closed:
+                if not self.errors and not self.aborted:
+                    self.system.finish_map()
+                return
+            self.system.map_keyframe(kf)
+            self.map_ready.set()
+
+
+def run_threaded(system, frames: Iterable, progress: Progress) -> None:
+    """Feed ``frames`` to a tracking and a mapping thread; returns when both have ended."""
+    run = _ThreadedRun(system, progress)
+    tracking = threading.Thread(target=run.guard, args=(run.tracking_loop,), name="tracking", daemon=True)
+    mapping = threading.Thread(target=run.guard, args=(run.mapping_loop,), name="mapping", daemon=True)
+    tracking.start()
+    mapping.start()
+    try:
+        for frame in frames:
+            if run.errors:
+                break
+            run.frames.put(frame)
+        run.frames.close()
+    except Closed:
+        pass  # a stage failed and aborted the channels
+    except KeyboardInterrupt:
+        system.recorder.finish("interrupted (Ctrl-C)")
+        run.abort()
+        tracking.join()
+        mapping.join()
+        raise
+    except BaseException as exc:  # the source itself failed
+        run.errors.append(exc)
+        run.abort()
+    tracking.join()
+    mapping.join()
+    if run.errors:
+        exc = run.errors[0]
+        system.recorder.finish(f"error: {type(exc).__name__}: {exc}")
+        raise exc

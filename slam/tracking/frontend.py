@@ -1,0 +1,118 @@
+"""The tracking thread's per-frame work: the first frame defines the world, later frames are
+tracked against the latest map snapshot, a saved map verifies the tracked pose, and a lost
+camera is relocalised. One ``LostPolicy`` decides when the camera is lost in every mode:
+
+- SLAM: after ``relocalise.after_failures`` consecutive tracking failures, each later failed
+  frame (paced by the retry schedule) relocalises against the keyframes mapped so far.
+- saved map (``use_saved_map``): the start pose is unknown, so frames are only relocalised
+  against the saved keyframes until one is verified; tracked poses must then agree with the map
+  (``Relocaliser.verify``), and after ``relocalise.after_failures_saved_map`` consecutive
+  failures the frames are relocalised again.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import numpy as np
+
+from slam.config import RelocaliseConfig, TrackingConfig
+from slam.map.snapshot import MapSnapshot
+from slam.mapping.keyframes import Keyframe
+from slam.observation import Observation
+from slam.tracking.lost import LostPolicy
+from slam.tracking.relocalise import Relocaliser, RelocResult
+from slam.tracking.tracker import Tracker, TrackResult
+
+log = logging.getLogger("slam.tracking")
+
+
+class TrackingFrontend:
+    """Per-frame pose estimation with failure handling; owned by the tracking thread.
+
+    keyframes: returns a copy of the keyframes mapped so far (what SLAM-mode relocalisation
+    searches). ``relocalisations`` lists every attempt's ``RelocResult``.
+    """
+
+    def __init__(self, tracking: TrackingConfig, relocalise: RelocaliseConfig, backend: str,
+                 keyframes: Callable[[], list[Keyframe]]) -> None:
+        self.tracking_cfg = tracking
+        self.cfg = relocalise
+        self.backend = backend
+        self.keyframes = keyframes
+        self.tracker = Tracker(tracking, backend)
+        self.policy = LostPolicy(relocalise.after_failures, relocalise.max_skip)
+        self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
+        self.relocalisations: list[RelocResult] = []
+
+    def use_saved_map(self, keyframes: list[Keyframe]) -> None:
+        """Localise in a saved map made from ``keyframes``: the start pose is unknown until a
+        relocalisation is verified."""
+        self.saved_map = Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.backend)
+        self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
+
+    def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int,
+                gt_pose: Optional[np.ndarray] = None) -> TrackResult:
+        """The pose of frame ``index`` (``obs`` at the tracking resolution) against ``snap``
+        (None before the first keyframe is mapped: this frame then defines the world, at its
+        ground-truth pose when known)."""
+        if snap is None:
+            T_wc = gt_pose.copy() if gt_pose is not None else np.eye(4)
+            self.tracker.initialise(T_wc)
+            return TrackResult(T_wc, 0.0, 1.0, True, False, 0)
+        if self.policy.needs_pose:
+            if self.policy.should_try():
+                return self._relocalise_in_saved_map(obs, snap, index)
+            # Lost and backing off before the next attempt: report the last pose, not tracked.
+            return TrackResult(self.tracker.last_good_or_identity(), float("inf"), 0.0, False, False, 0)
+        res = self.tracker.track(obs, snap)
+        if self.saved_map is not None:
+            res.ok = res.ok and self.saved_map.verify(obs, snap, res.T_wc)
+            if self.policy.record(res.ok):
+                log.warning("tracking lost for %d frames: relocalising against the saved map", self.policy.failures)
+                self.policy.needs_pose, self.policy.failures = True, 0
+            return res
+        if not self.policy.record(res.ok):
+            return res
+        keyframes = self.keyframes()
+        if not keyframes:
+            return res
+        if float((obs.depth > 0).float().mean()) < self.tracking_cfg.min_known_fraction:
+            return res  # a dropout (black / depth-less frame): nothing to relocalise with
+        if not self.policy.should_try():
+            return res
+        return self._relocalise_lost(obs, snap, index, keyframes, res)
+
+    @property
+    def failures(self) -> int:
+        """Frames the tracker reported as failed so far."""
+        return self.tracker.failures
+
+    # ------------------------------------------------------------------ relocalisation
+    def _attempt(self, relocaliser: Relocaliser, obs: Observation, snap: MapSnapshot, index: int) -> RelocResult:
+        res = relocaliser.relocalise(obs, snap)
+        res.frame = index
+        self.relocalisations.append(res)
+        self.policy.relocalised(res.ok)
+        if res.ok:
+            self.tracker.initialise(res.T_wc)
+        return res
+
+    def _relocalise_in_saved_map(self, obs: Observation, snap: MapSnapshot, index: int) -> TrackResult:
+        res = self._attempt(self.saved_map, obs, snap, index)
+        log.info("relocalisation attempt %d: %s (inliers %.2f, %.0f ms, from saved keyframe %d)",
+                 len(self.relocalisations), "found" if res.ok else "not found", res.inliers, res.ms, res.keyframe)
+        return TrackResult(res.T_wc, res.loss, res.inliers, res.ok, False, 0)
+
+    def _relocalise_lost(self, obs: Observation, snap: MapSnapshot, index: int, keyframes: list[Keyframe],
+                         failed: TrackResult) -> TrackResult:
+        """SLAM mode, lost: relocalise against the keyframes mapped so far; ``failed`` is the
+        tracker's result, returned when relocalisation fails too."""
+        failures = self.policy.failures
+        res = self._attempt(Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.backend), obs, snap, index)
+        log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",
+                    failures, len(keyframes), "succeeded" if res.ok else "failed", res.ms)
+        if not res.ok:
+            return failed
+        self.tracker.recoveries += 1
+        return TrackResult(res.T_wc, res.loss, res.inliers, True, True, failed.iters)
