@@ -14,7 +14,6 @@ import logging
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Optional
 
 from tqdm import tqdm

@@ -5,7 +5,6 @@ message names the file and the problem. Skips: a warning on logger ``slam.data``
 ``source.stats``; the rest of the sequence is delivered.
 """
 import logging
-import shutil
 
 import cv2
 import numpy as np

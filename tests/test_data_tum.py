@@ -1,5 +1,4 @@
 """TUM RGB-D loader: association, ground truth, calibration table and resolution order, undistortion."""
-from pathlib import Path
 
 import cv2
 import numpy as np

@@ -96,7 +96,6 @@ def _dense_normal_equations(k, r, out, m, exposure, J6):
 
 @pytest.mark.parametrize("kind", ["analytic", "finite_difference"])
 def test_banded_normal_equations_match_the_dense_ones(sample_map, monkeypatch, kind):
-    import slam.tracking.tracker
     cfg, system, frame = sample_map
     obs, valid = lm.pyramid(Observation.from_numpy(frame.color, frame.depth, frame.K, torch.device("cpu")),
                             cfg.tracking.pyramid_levels)[-1]

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]

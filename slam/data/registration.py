@@ -136,7 +136,7 @@ def estimate_registration(frames: Iterable[tuple[np.ndarray, np.ndarray]], K_dep
     "score": alignment after, "score_identity": alignment with no registration}.
     A coarse grid over focal length and baseline, then Nelder-Mead on (fx, cx, cy, tx).
     """
-    from scipy.optimize import minimize
+    from scipy.optimize import minimize  # scipy: heavy import, only when estimating a registration
 
     K_depth = np.asarray(K_depth, dtype=np.float64)
     samples = [_edge_samples(c, d, K_depth) for c, d in frames]

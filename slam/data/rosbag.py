@@ -49,7 +49,7 @@ PENDING_HORIZON_S = 1.0   # an unmatched message older than this behind the newe
 
 
 def _open_reader(path: Path):
-    from rosbags.highlevel import AnyReader
+    from rosbags.highlevel import AnyReader  # rosbags: heavy import, only for bag datasets
 
     try:
         reader = AnyReader([path])

@@ -6,12 +6,16 @@ frame indices keep increasing and timestamps are offset so they keep increasing 
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
-from slam.data.frame import Frame, FrameSource
+from slam.data.errors import CalibrationError
+from slam.data.frame import Frame, FrameError, FrameSource
+from slam.data.replica import ReplicaSource, replica_ground_truth
+from slam.data.rosbag import RosbagSource
+from slam.data.sevenscenes import SevenScenesSource, seven_scenes_ground_truth
+from slam.data.tum import TumSource, tum_ground_truth
 from slam.resources import resolve_data_path
 
 DATASETS = ("tum", "7scenes", "replica", "rosbag")
@@ -27,25 +31,20 @@ def open_source(cfg) -> FrameSource:
     color_camera = None
     if cfg.color_intrinsics is not None or cfg.color_translation is not None:
         if cfg.dataset == "rosbag":
-            from slam.data.errors import CalibrationError
             raise CalibrationError("data.color_intrinsics/color_translation: colour registration is for folder "
                                    "datasets (tum, 7scenes, replica); record bags with aligned depth instead")
         color_camera = (cfg.color_intrinsics, cfg.color_translation)
     if cfg.dataset == "tum":
-        from slam.data.tum import TumSource
         src: FrameSource = TumSource(path, max_time_diff=cfg.max_time_diff, intrinsics=cfg.intrinsics,
                                      distortion=cfg.distortion, depth_scale=cfg.depth_scale,
                                      color_camera=color_camera, **common)
     elif cfg.dataset == "7scenes":
-        from slam.data.sevenscenes import SevenScenesSource
         src = SevenScenesSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
                                 color_camera=color_camera, **common)
     elif cfg.dataset == "replica":
-        from slam.data.replica import ReplicaSource
         src = ReplicaSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
                             color_camera=color_camera, **common)
     elif cfg.dataset == "rosbag":
-        from slam.data.rosbag import RosbagSource
         src = RosbagSource(path, color_topic=cfg.color_topic, depth_topic=cfg.depth_topic,
                            camera_info_topic=cfg.camera_info_topic, max_time_diff=cfg.max_time_diff,
                            intrinsics=cfg.intrinsics, distortion=cfg.distortion,
@@ -63,17 +62,12 @@ def load_ground_truth(cfg) -> Tuple[np.ndarray, np.ndarray]:
     (so a trajectory written from ``Frame.timestamp`` associates exactly). first/last/stride are
     ignored. Raises ``FrameError`` for bags (no ground truth) and ``DataNotFoundError`` if absent.
     """
-    from slam.data.frame import FrameError
-
     path = resolve_data_path(cfg.path)
     if cfg.dataset == "tum":
-        from slam.data.tum import tum_ground_truth
         return tum_ground_truth(path)
     if cfg.dataset == "7scenes":
-        from slam.data.sevenscenes import seven_scenes_ground_truth
         return seven_scenes_ground_truth(path)
     if cfg.dataset == "replica":
-        from slam.data.replica import replica_ground_truth
         return replica_ground_truth(path)
     if cfg.dataset == "rosbag":
         raise FrameError(f"{cfg.path}: bags carry no ground truth; pass a TUM trajectory file as ground truth")

@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from slam.config import DataConfig
 from slam.data.frame import FrameError
+from slam.data.sources import load_ground_truth
+from slam.eval.trajectory import evaluate_trajectory
+from slam.trajectory_io import read_tum_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,10 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_reference(args) -> tuple:
     """(timestamps, poses) of the reference named by --gt or --dataset/--path."""
-    from slam.config import DataConfig
-    from slam.data.sources import load_ground_truth
-    from slam.trajectory_io import read_tum_trajectory
-
     if args.gt:
         return read_tum_trajectory(args.gt)
     if not args.path:
@@ -62,9 +62,6 @@ def format_table(metrics: dict) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Console entry point ``slam_eval``; returns the exit status."""
-    from slam.eval.trajectory import evaluate_trajectory
-    from slam.trajectory_io import read_tum_trajectory
-
     args = build_parser().parse_args(argv)
     try:
         est_t, est_poses = read_tum_trajectory(args.estimate)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from pytorch_msssim import ssim as _ssim
 
 
 def _as_batch(img: torch.Tensor) -> torch.Tensor:
@@ -51,8 +52,6 @@ def psnr(pred: torch.Tensor, target: torch.Tensor, data_range: float = 1.0,
 def ssim(pred: torch.Tensor, target: torch.Tensor, data_range: float = 1.0) -> float:
     """Mean SSIM (pytorch_msssim.ssim, 11x11 Gaussian window, sigma 1.5; smaller odd window for
     images under 11 px)."""
-    from pytorch_msssim import ssim as _ssim
-
     _check_pair(pred, target)
     x, y = _as_batch(pred).float(), _as_batch(target).float()
     side = min(x.shape[-2:])

@@ -18,7 +18,7 @@ ALIGNMENT = "SE3 Umeyama, no scale"
 
 
 def _traj(poses: np.ndarray, stamps: np.ndarray, what: str):
-    from evo.core.trajectory import PoseTrajectory3D
+    from evo.core.trajectory import PoseTrajectory3D  # evo: heavy import (matplotlib, scipy), only when scoring
 
     poses = np.asarray(poses, dtype=np.float64)
     stamps = np.asarray(stamps, dtype=np.float64).reshape(-1)

@@ -7,13 +7,16 @@ restores the parameter rows (means, log radius, opacity logit exact; colour with
 """
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
+from plyfile import PlyData, PlyElement
 
 from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
+from slam.mapping.keyframes import Keyframe
 
 SH_C0 = 0.28209479177387814
 FIELDS = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
@@ -27,7 +30,6 @@ class MapFormatError(ValueError):
 
 def save_map(path: str | Path, rows: torch.Tensor) -> None:
     """Write parameter rows (N, 8) (see ``slam.map.sphere_map``) as a 3DGS PLY."""
-    from plyfile import PlyData, PlyElement
 
     rows = rows.detach().float().cpu()
     n = rows.shape[0]
@@ -53,7 +55,6 @@ def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
     Raises ``FileNotFoundError`` or ``MapFormatError`` (missing fields, non-float fields,
     anisotropic scales, non-identity rotations, truncated file, non-finite values).
     """
-    from plyfile import PlyData
 
     path = Path(path)
     if not path.is_file():
@@ -122,8 +123,6 @@ def keyframes_path(map_path: str | Path) -> Path:
 
 def _shrink(kf, max_width: int):
     """Keyframe downscaled by the smallest integer factor that makes its width <= max_width."""
-    from slam.mapping.keyframes import Keyframe
-
     w = kf.color.shape[1]
     factor = -(-w // max_width) if max_width > 0 else 1
     if factor <= 1:
@@ -161,9 +160,6 @@ def load_keyframes(path: str | Path, map_spheres: int | None = None) -> list:
     """Read a side file -> list of ``Keyframe``. Raises ``SideFileError`` naming the file and the
     problem (missing, not an npz, wrong format/version, missing arrays, inconsistent shapes,
     non-finite poses, or written for a map with a different sphere count)."""
-    import zipfile
-
-    from slam.mapping.keyframes import Keyframe
 
     path = Path(path)
     if not path.is_file():

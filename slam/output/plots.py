@@ -31,6 +31,7 @@ def trajectory_errors(frames: list) -> dict | None:
 
 
 def _canvas(w: float = 6.0, h: float = 5.0):
+    # matplotlib: heavy import, only when plots are written
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

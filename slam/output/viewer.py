@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
+import cv2
 import numpy as np
 import torch
 
@@ -72,7 +76,6 @@ class LatestQueue:
 @dataclass
 class _Record:
     """Small per-frame record, never dropped."""
-
     index: int
     T_wc: np.ndarray
     gt_pose: Optional[np.ndarray]
@@ -82,7 +85,6 @@ class _Record:
 @dataclass
 class _Payload:
     """Heavy per-frame payload, dropped when the viewer falls behind."""
-
     index: int
     color: np.ndarray          # (H, W, 3) uint8
     depth: np.ndarray          # (H, W) float32 metres
@@ -287,7 +289,6 @@ class RerunViewer:
 
 def _jpeg(color: np.ndarray, quality: int = 90):
     """(H, W, 3) uint8 RGB -> rerun EncodedImage (JPEG): ~10x smaller recordings than raw RGB."""
-    import cv2
     import rerun as rr
 
     ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(color[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, quality])
@@ -310,15 +311,11 @@ def open_recording(rrd: Optional[str] = None, spawn: bool = False, connect: Opti
     rec = rr.RecordingStream(APP_ID, recording_id=recording_id)
     sinks = []
     if rrd:
-        from pathlib import Path
         Path(rrd).expanduser().parent.mkdir(parents=True, exist_ok=True)
         sinks.append(rr.FileSink(str(Path(rrd).expanduser())))
     if connect:
         sinks.append(rr.GrpcSink(connect))
     elif spawn:
-        import shutil
-        import sys
-        from pathlib import Path
 
         local = Path(sys.executable).with_name("rerun")   # the venv's viewer, even when not on PATH
         exe = str(local) if local.is_file() else shutil.which("rerun")

@@ -21,7 +21,11 @@ from typing import Optional
 
 import numpy as np
 
-from slam.ros.params import RosParams, default_values
+from slam.config import ConfigError, load_config
+from slam.ros.bridge import SlamBridge
+from slam.ros.messages import MessageFactory, rospy_flavour
+from slam.ros.params import RosParams, default_values, params_from_mapping
+from slam.trajectory_io import quat_to_rot
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of latency to images
@@ -50,8 +54,6 @@ class Ros1Sink:
         from nav_msgs.msg import Odometry
         from sensor_msgs.msg import Image, PointCloud2
 
-        from slam.ros.messages import MessageFactory, rospy_flavour
-
         self.rospy = rospy
         self.make = MessageFactory(rospy_flavour())
         self.odom_pub = rospy.Publisher("~odom", Odometry, queue_size=50)
@@ -76,8 +78,6 @@ class Ros1Sink:
         self.image_pub.publish(self.make.image(d))
 
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]:
-        from slam.trajectory_io import quat_to_rot
-
         try:
             t = self.buffer.lookup_transform(odom_frame, camera_frame, self.make.f.time(stamp_ns),
                                              self.rospy.Duration(0.05))
@@ -111,10 +111,6 @@ def main(argv: Optional[list] = None) -> int:
     rospy = import_rospy()
     from sensor_msgs.msg import CameraInfo, Image
     from std_srvs.srv import Trigger, TriggerResponse
-
-    from slam.config import ConfigError, load_config
-    from slam.ros.bridge import SlamBridge
-    from slam.ros.params import params_from_mapping
 
     rospy.init_node("sphere_slam", argv=argv if argv is not None else sys.argv)
     _console_logging()

@@ -24,15 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from slam.data.tum import TumSource
+from slam.resources import resolve_data_path
 from slam.ros.ros1_node import import_rospy
 
 
 def _tum_messages(path: str, first: int, last: int, topics: dict, frame_id: str):
     """(topic, msg) in publishing order for frames [first, last) of a TUM folder (the sample too)."""
     from sensor_msgs.msg import CameraInfo, Image
-
-    from slam.data.tum import TumSource
-    from slam.resources import resolve_data_path
 
     rospy = import_rospy()
     src = TumSource(resolve_data_path(path), first=first, last=last)

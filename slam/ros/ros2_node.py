@@ -21,7 +21,11 @@ from typing import Optional
 
 import numpy as np
 
-from slam.ros.params import default_values
+from slam.config import ConfigError, load_config
+from slam.ros.bridge import SlamBridge
+from slam.ros.messages import MessageFactory, rclpy_flavour
+from slam.ros.params import default_values, params_from_mapping
+from slam.trajectory_io import quat_to_rot
 
 
 def import_rclpy():
@@ -41,8 +45,6 @@ class Ros2Sink:
         from nav_msgs.msg import Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, PointCloud2
-
-        from slam.ros.messages import MessageFactory, rclpy_flavour
 
         self.node = node
         self.make = MessageFactory(rclpy_flavour())
@@ -72,8 +74,6 @@ class Ros2Sink:
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]:
         from rclpy.duration import Duration
         from rclpy.time import Time
-
-        from slam.trajectory_io import quat_to_rot
 
         try:
             t = self.buffer.lookup_transform(odom_frame, camera_frame, Time(nanoseconds=int(stamp_ns)),
@@ -107,10 +107,6 @@ def main(argv: Optional[list] = None) -> int:
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import CameraInfo, Image
     from std_srvs.srv import Trigger
-
-    from slam.config import ConfigError, load_config
-    from slam.ros.bridge import SlamBridge
-    from slam.ros.params import params_from_mapping
 
     rclpy.init(args=argv if argv is not None else sys.argv)
     node = rclpy.create_node("sphere_slam")
