@@ -7,7 +7,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from slam.trajectory_io import tum_from_pose
+from slam.data.trajectory_io import tum_from_pose
 
 W, H = 32, 24
 K_PARAMS = (30.0, 31.0, 15.5, 11.5)

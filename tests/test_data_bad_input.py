@@ -16,7 +16,7 @@ from slam.config import DataConfig
 from slam.data import open_source
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
-from slam.trajectory_io import TrajectoryFormatError, read_tum_trajectory
+from slam.data.trajectory_io import TrajectoryFormatError, read_tum_trajectory
 
 
 def tum(path, **kw):

@@ -8,7 +8,7 @@ from data_helpers import K_PARAMS, synthetic_images, synthetic_pose, write_tum_s
 from slam.data.errors import CalibrationError
 from slam.data.tum import (TUM_CAMERAS, TumSource, associate, interpolate_pose, resolve_tum_calibration,
                            tum_camera_for)
-from slam.trajectory_io import tum_from_pose
+from slam.data.trajectory_io import tum_from_pose
 
 
 def test_reads_frames_with_values_units_and_gt(tmp_path):

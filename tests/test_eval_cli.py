@@ -9,7 +9,7 @@ import pytest
 
 from data_helpers import synthetic_pose, write_7scenes_sequence, write_replica_sequence, write_tum_sequence
 from slam.eval.cli import main
-from slam.trajectory_io import write_tum_trajectory
+from slam.data.trajectory_io import write_tum_trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 

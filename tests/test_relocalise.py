@@ -122,7 +122,7 @@ def mapped(tmp_path_factory) -> Path:
 
 
 def _gt_positions(first: int, last: int) -> np.ndarray:
-    from slam.trajectory_io import read_tum_trajectory
+    from slam.data.trajectory_io import read_tum_trajectory
 
     _, poses = read_tum_trajectory(REPO / "datasets" / "sample" / "groundtruth.txt")
     return poses[first:last, :3, 3]
@@ -140,7 +140,7 @@ def test_localize_later_frames_from_unknown_start(mapped, tmp_path):
     assert m["spheres"] >= m["max_spheres_seen"] - m["spheres"]  # sanity: a map was loaded
     assert m["trajectory"]["ate_rmse_m"] <= 0.02, m["trajectory"]
     # Unaligned: the poses are in the saved map's frame (the ground-truth frame, where mapping started).
-    from slam.trajectory_io import read_tum_trajectory
+    from slam.data.trajectory_io import read_tum_trajectory
 
     _, est = read_tum_trajectory(out / "trajectory.txt")
     n_bad = reloc["frames_to_relocalise"] - 1

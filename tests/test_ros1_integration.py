@@ -151,7 +151,7 @@ def _run_slam(ros, name: str, overrides: list) -> Path:
 
 
 def _traj(path: Path):
-    from slam.trajectory_io import read_tum_trajectory
+    from slam.data.trajectory_io import read_tum_trajectory
     return read_tum_trajectory(path)
 
 
@@ -251,7 +251,7 @@ def test_live_frames_odometry_tf_cloud_and_ate(ros, offline_bag_run, capsys):
     np.testing.assert_allclose(t_node, stamps, atol=1e-6)
     # Odometry = the run folder's poses in the REP-103 map frame
     from slam.ros.out_data import R_MAP_OPTICAL
-    from slam.trajectory_io import rot_to_quat
+    from slam.data.trajectory_io import rot_to_quat
     for o, T in zip(odom, T_node):
         T_map = R_MAP_OPTICAL @ T
         np.testing.assert_allclose(o[3:6], T_map[:3, 3], atol=1e-5)
@@ -262,7 +262,7 @@ def test_live_frames_odometry_tf_cloud_and_ate(ros, offline_bag_run, capsys):
     ate_ref = json.loads((ref / "metrics.json").read_text())["trajectory"]["ate_rmse_m"]
     ate_node = _ate(t_node, T_node)
     odom_T = []
-    from slam.trajectory_io import quat_to_rot
+    from slam.data.trajectory_io import quat_to_rot
     for o in odom:
         T = np.eye(4)
         T[:3, :3], T[:3, 3] = quat_to_rot(o[6:10]), o[3:6]

@@ -240,7 +240,7 @@ def test_live_source_block_policy_waits_for_the_consumer():
 
 # --------------------------------------------------------------------------- outputs
 def _pose(rx=0.3, t=(1.0, -2.0, 0.5)):
-    from slam.trajectory_io import quat_to_rot
+    from slam.data.trajectory_io import quat_to_rot
     T = np.eye(4)
     T[:3, :3] = quat_to_rot([np.sin(rx / 2), 0.2, 0.0, np.cos(rx / 2)])
     T[:3, 3] = t
@@ -248,7 +248,7 @@ def _pose(rx=0.3, t=(1.0, -2.0, 0.5)):
 
 
 def _matrix(p: out_data.PoseData):
-    from slam.trajectory_io import quat_to_rot
+    from slam.data.trajectory_io import quat_to_rot
     T = np.eye(4)
     T[:3, :3], T[:3, 3] = quat_to_rot(p.quaternion), p.translation
     return T
@@ -312,7 +312,7 @@ def test_messages_serialise_and_read_back(flavour):
     tfm = _roundtrip(flavour, make.tf_message(out_data.transforms(ns, T, "map_odom_camera", "map", "odom", "cam")))
     assert [(t.header.frame_id, t.child_frame_id) for t in tfm.transforms] == [("map", "odom"), ("odom", "cam")]
     r = tfm.transforms[1].transform.rotation
-    from slam.trajectory_io import quat_to_rot
+    from slam.data.trajectory_io import quat_to_rot
     np.testing.assert_allclose(quat_to_rot([r.x, r.y, r.z, r.w]), T[:3, :3], atol=1e-12)
     means = np.random.default_rng(1).normal(size=(50, 3))
     cl = _roundtrip(flavour, make.cloud(out_data.cloud(ns, "map", means, np.full((50, 3), 0.5), False, 1000)))

@@ -39,7 +39,7 @@ from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
 from slam.data.preprocess import K_from_params, distortion_array
 from slam.data.sequence import Entry, SequenceSource
-from slam.trajectory_io import parse_tum_lines, pose_from_tum, quat_to_rot
+from slam.data.trajectory_io import parse_tum_lines, pose_from_tum, quat_to_rot
 
 log = logging.getLogger("slam.data")
 

@@ -19,7 +19,7 @@ from slam.config import DataConfig
 from slam.data.frame import FrameError
 from slam.data.sources import load_ground_truth
 from slam.eval.trajectory import evaluate_trajectory
-from slam.trajectory_io import read_tum_trajectory
+from slam.data.trajectory_io import read_tum_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:

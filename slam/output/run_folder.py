@@ -15,7 +15,7 @@ from slam.map.map_io import keyframes_path, save_keyframes, save_map
 from slam.output.mesh import write_mesh
 from slam.output.plots import write_plots
 from slam.runtime.result import RunResult
-from slam.trajectory_io import write_tum_trajectory
+from slam.data.trajectory_io import write_tum_trajectory
 
 log = logging.getLogger("slam.output.run_folder")
 

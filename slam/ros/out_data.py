@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from slam.trajectory_io import rot_to_quat
+from slam.data.trajectory_io import rot_to_quat
 
 # optical (x right, y down, z fwd) -> REP-103 body (x fwd, y left, z up)
 R_MAP_OPTICAL = np.array([[0.0, 0.0, 1.0, 0.0],

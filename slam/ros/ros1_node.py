@@ -25,7 +25,7 @@ from slam.config import ConfigError, load_config
 from slam.ros.bridge import SlamBridge
 from slam.ros.messages import MessageFactory, rospy_flavour
 from slam.ros.params import RosParams, default_values, params_from_mapping
-from slam.trajectory_io import quat_to_rot
+from slam.data.trajectory_io import quat_to_rot
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of latency to images

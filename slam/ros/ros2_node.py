@@ -25,7 +25,7 @@ from slam.config import ConfigError, load_config
 from slam.ros.bridge import SlamBridge
 from slam.ros.messages import MessageFactory, rclpy_flavour
 from slam.ros.params import default_values, params_from_mapping
-from slam.trajectory_io import quat_to_rot
+from slam.data.trajectory_io import quat_to_rot
 
 
 def import_rclpy():
