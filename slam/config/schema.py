@@ -1,0 +1,177 @@
+"""The typed configuration schema: one dataclass per section, every key documented where it is
+declared. Loading, inheritance, overrides and validation are in ``slam.config.loading``."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import List, Literal, Optional
+
+
+@dataclass
+class DataConfig:
+    """Where frames come from and how they are subsampled."""
+
+    dataset: Literal["tum", "7scenes", "replica", "rosbag"] = "tum"
+    path: str = "sample"            # folder or bag file; "sample" = the bundled sample sequence
+    stride: int = 1                 # take every stride-th frame
+    first: int = 0                  # first frame index (before stride)
+    last: Optional[int] = None      # one past the last frame index (before stride); None = to the end
+    downscale: int = 1              # integer factor applied to both images and K
+    intrinsics: Optional[List[float]] = None   # [fx, fy, cx, cy] override (required for replica)
+    distortion: Optional[List[float]] = None   # OpenCV k1 k2 p1 p2 [k3] override
+    depth_scale: Optional[float] = None        # raw depth units per metre override
+    # Unregistered colour (7-Scenes, raw Kinect v1): the colour camera's [fx, fy, cx, cy] and the
+    # depth-to-colour translation [tx, ty, tz] (m); colour is resampled into the depth camera.
+    # scripts/estimate_color_registration.py estimates both from the data.
+    color_intrinsics: Optional[List[float]] = None
+    color_translation: Optional[List[float]] = None
+    max_time_diff: float = 0.02     # s, colour/depth/ground-truth association tolerance
+    color_topic: str = "/camera/color/image_raw"
+    depth_topic: str = "/camera/aligned_depth_to_color/image_raw"
+    camera_info_topic: str = "/camera/color/camera_info"
+    repeat: int = 1                 # play the sequence this many times (soak tests)
+
+
+@dataclass
+class RasterConfig:
+    backend: Literal["auto", "cuda", "cpu", "reference"] = "auto"
+
+
+@dataclass
+class TrackingConfig:
+    iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
+    fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
+    fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
+    damping: float = 1e-3           # initial Levenberg-Marquardt damping (relative to diag(H))
+    damping_down: float = 0.3       # damping factor after an accepted LM step ...
+    damping_up: float = 10.0        # ... and after a rejected one
+    lm_attempts: int = 4            # damped steps tried per iteration before giving up (converged)
+    huber_color: float = 0.1        # Huber threshold of the colour residuals (0-1 intensity)
+    huber_depth: float = 0.05       # Huber threshold of the depth residuals (m)
+    depth_weight: float = 1.0       # lambda in L1 colour + lambda * L1 depth
+    alpha_threshold: float = 0.95   # pixels with rendered alpha above this count as known
+    pyramid_levels: int = 2         # coarse-to-fine levels (1 = the finest only)
+    coarse_share: float = 0.6       # share of the iterations spent on the coarser levels
+    downscale: int = 1              # frames are tracked (and relocalised) at the input / this
+                                    # factor: the finest pyramid level
+    exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
+    min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
+    residual_spike: float = 3.0     # final loss above spike * running median = failure
+    recovery_iters: int = 20        # iterations for a recovery attempt
+    converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
+    analytic_iters: int = 6         # the first N LM iterations (coarse-to-fine order) take the
+                                    # pose Jacobian from the render's image gradients (no extra
+                                    # render); the rest use finite differences (6 extra renders)
+
+
+@dataclass
+class RelocaliseConfig:
+    """Finding the camera in a map it lost (or in a saved map): see slam/tracking/relocalise.py."""
+
+    after_failures: int = 2         # SLAM: consecutive tracking failures before relocalising
+    after_failures_saved_map: int = 5  # saved map: consecutive failed verifications before
+                                    # relocalising again (views leaving the saved map fail
+                                    # verification while the local layer still tracks them)
+    max_skip: int = 16              # while lost, attempts back off to one every N frames
+    coarse_width: int = 40          # px: render-and-compare candidates are scored at this width
+    top_k: int = 4                  # best keyframe poses perturbed and scored
+    refine_k: int = 3               # render-and-compare candidates refined by the tracker
+    pnp_k: int = 8                  # best-scoring keyframes matched with ORB + PnP
+    pnp_refine: int = 2             # PnP candidates refined by the tracker
+    shift: float = 0.1              # m: perturbation of the candidate poses
+    angle_deg: float = 8.0          # pan/tilt perturbation of the candidate poses
+    min_coverage: float = 0.3       # accept: share of valid-depth pixels the map covers ...
+    min_agreement: float = 0.7      # ... and share of those where depth and colour agree
+    use_features: bool = True       # ORB + PnP candidates (OpenCV)
+
+
+@dataclass
+class MappingConfig:
+    iters: int = 30                 # optimisation iterations per new keyframe
+    final_iters: int = 300          # refinement steps over all keyframes at the end of input
+    window: int = 6                 # recent keyframes optimised together
+    random_keyframes: int = 2       # older keyframes added at random per step
+    max_keyframes: int = 200        # keyframes kept (compact, host memory); oldest covisible dropped
+    keyframe_every: int = 5         # a keyframe at least every N frames ...
+    keyframe_translation: float = 0.05  # ... or after this many metres ...
+    keyframe_rotation_deg: float = 5.0  # ... or this many degrees
+    keyframe_downscale: Optional[int] = None  # stored keyframes = input / this factor; null =
+                                    # tracking.downscale (map at the resolution the tracker sees)
+    lr_means: float = 0.001
+    lr_radii: float = 0.01          # on log radius
+    lr_colors: float = 0.02
+    lr_opacities: float = 0.05      # on opacity logit
+    depth_weight: float = 1.0
+    densify_alpha: float = 0.9      # add spheres where rendered alpha is below this ...
+    densify_depth_error: float = 0.05  # ... or depth error above this (m) in front of the surface
+    densify_color_error: float = 1.0   # ... or mean |colour error| above this (0-1; 1 = off)
+    densify_stride: int = 2         # sample every n-th pixel when adding spheres
+    radius_scale: float = 0.5       # initial radius = scale * stride * z / f (half a grid cell)
+    initial_opacity: float = 0.9
+
+
+@dataclass
+class MapConfig:
+    max_spheres: int = 2_000_000    # hard budget, never exceeded
+    max_mb: Optional[float] = None  # optional hard budget in megabytes of parameters
+    chunk: int = 65536              # capacity grows in chunks of this many spheres
+
+
+@dataclass
+class PrunerConfig:
+    enabled: bool = True
+    every: int = 5                  # prune after every N keyframes
+    window: int = 3                 # a score must stay low over this many prune rounds
+    weight_ema: float = 0.5         # EMA factor of the per-keyframe statistics
+    score_error_weight: float = 1.0 # how much low reprojection error raises importance
+    threshold: float = 0.3          # importance below this (relative to the median) is low
+    min_opacity: float = 0.05       # transparent spheres are removed
+    max_radius_px: float = 60.0     # oversized spheres (screen radius) are removed
+    explore_keep: float = 0.5       # threshold multiplier while exploring new space (keeps more)
+    revisit_prune: float = 2.0      # threshold multiplier while revisiting known space
+
+
+@dataclass
+class OutputConfig:
+    root: str = "runs"              # run folders are created under this
+    name: Optional[str] = None      # run folder name; None = timestamped
+    save_map: bool = True
+    mesh: bool = False              # TSDF mesh export (open3d)
+    plots: bool = True
+    eval_images_every: int = 1      # evaluate PSNR/SSIM on every n-th keyframe
+
+
+@dataclass
+class ViewerConfig:
+    enabled: bool = False           # spawn / connect to a rerun viewer
+    rrd: Optional[str] = None       # record to this .rrd file instead
+    map_every: int = 10             # log the map every N frames
+    max_points: int = 100_000
+
+
+@dataclass
+class SystemConfig:
+    device: str = "auto"            # "auto" | "cpu" | "cuda" | "cuda:1"
+    threaded: bool = True           # False = deterministic single-thread mode
+    queue_size: int = 4             # bounded keyframe queue
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    raster: RasterConfig = field(default_factory=RasterConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    relocalise: RelocaliseConfig = field(default_factory=RelocaliseConfig)
+    mapping: MappingConfig = field(default_factory=MappingConfig)
+    map: MapConfig = field(default_factory=MapConfig)
+    pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    viewer: ViewerConfig = field(default_factory=ViewerConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
