@@ -60,7 +60,7 @@ def main() -> None:
     MapSnapshot.render = counting   # count every render of the map (the tracker's only)
 
     def fresh_tracker() -> Tracker:
-        tracker = Tracker(cfg.tracking, cfg.raster.backend)
+        tracker = Tracker(cfg.tracking, cfg.quality, cfg.raster.backend)
         tracker.initialise(records[-1].T_wc)
         tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
         return tracker

@@ -65,6 +65,19 @@ class TrackingConfig:
 
 
 @dataclass
+class QualityConfig:
+    """The absolute tracking-quality test (slam/tracking/quality.py): evidence of the final pose
+    alone, never relative to earlier frames. Thresholds calibrated on the bundled sample and 7-Scenes
+    (scripts/calibrate_quality.py, docs/benchmarks.md)."""
+
+    depth_noise_floor: float = 0.02   # m: a depth inlier is within floor + quad * z^2 of the render
+    depth_noise_quad: float = 0.005   # 1/m: the quadratic (structured light / stereo) noise term
+    color_tol: float = 0.1            # colour inlier: mean |error| after exposure, 0-1 intensity
+    min_depth_inliers: float = 0.5    # share of the covered pixels that must be depth inliers
+    min_color_inliers: float = 0.3    # share of the covered pixels that must be colour inliers
+
+
+@dataclass
 class RelocaliseConfig:
     """Finding the camera in a map it lost (or in a saved map): see slam/tracking/relocalise.py."""
 
@@ -163,6 +176,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     raster: RasterConfig = field(default_factory=RasterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
     relocalise: RelocaliseConfig = field(default_factory=RelocaliseConfig)
     mapping: MappingConfig = field(default_factory=MappingConfig)
     map: MapConfig = field(default_factory=MapConfig)

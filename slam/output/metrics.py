@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from slam.eval.failures import silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
 from slam.eval.trajectory import evaluate_trajectory
 from slam.mapping.keyframes import KeyframeView
@@ -20,15 +21,19 @@ log = logging.getLogger("slam.metrics")
 def trajectory_metrics(frames: list) -> dict:
     """ATE / RPE (through evo, SE(3) Umeyama alignment, no scale) of the estimated poses against
     the ground truth carried by the frames, over all frames and over keyframes."""
-    out: dict = {"trajectory": None, "trajectory_keyframes": None}
-    for key, subset in (("trajectory", frames), ("trajectory_keyframes", [f for f in frames if f.keyframe])):
+    out: dict = {"trajectory": None, "trajectory_keyframes": None, "trajectory_ok": None}
+    subsets = (("trajectory", frames), ("trajectory_keyframes", [f for f in frames if f.keyframe]),
+               ("trajectory_ok", [f for f in frames if f.ok]))
+    for key, subset in subsets:
         with_gt = [f for f in subset if f.gt_pose is not None]
         if len(with_gt) < 3:
             continue
         stamps = np.array([f.timestamp for f in with_gt])
         out[key] = evaluate_trajectory(np.stack([f.T_wc for f in with_gt]), stamps,
                                        np.stack([f.gt_pose for f in with_gt]), stamps,
-                                       scope="keyframes" if key.endswith("keyframes") else "all frames")
+                                       scope={"trajectory": "all frames", "trajectory_keyframes": "keyframes",
+                                              "trajectory_ok": "frames reported ok"}[key])
+    out["silent_failures"] = silent_failures(frames)
     return out
 
 
@@ -52,6 +57,25 @@ def image_metrics(result: RunResult, every: int = 1) -> Optional[dict]:
     res["protocol"] = ("final map rendered at the estimated keyframe poses vs the stored keyframe images; "
                        "mean over keyframes; depth L1 over valid observed depth")
     return res
+
+
+def _reasons(frames: list) -> dict:
+    """How many frames failed for each kind of reason (reasons read 'kind: details')."""
+    out: dict = {}
+    for f in frames:
+        if f.reason:
+            kind = f.reason.split(":")[0]
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _quality_summary(frames: list) -> Optional[dict]:
+    """Median of each quality figure over the tracked frames (per frame: frames.csv)."""
+    qs = [f.quality for f in frames if f.quality is not None]
+    if not qs:
+        return None
+    keys = qs[0].as_dict().keys()
+    return {k: float(np.nanmedian([getattr(q, k) for q in qs])) for k in keys}
 
 
 def _round_or_none(x: float):
@@ -86,6 +110,8 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         },
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
+        "failure_reasons": _reasons(frames),
+        "quality": _quality_summary(frames),
         "spheres": result.spheres,
         "sphere_budget": result.sphere_budget,
         "max_spheres_seen": result.max_spheres_seen,

@@ -15,6 +15,11 @@ import torch
 
 @dataclass
 class FrameRecord:
+    """One tracked frame: its pose (T_wc (4, 4) float64, camera-to-world) and ground truth if known,
+    whether tracking passed (``ok``) and needed a recovery or relocalisation (``recovered``), the
+    final residual, the tracking time (ms), whether it became a keyframe, the quality evidence
+    (``slam.tracking.quality.TrackQuality``, None where not tracked) and why it failed."""
+
     index: int
     timestamp: float
     T_wc: np.ndarray
@@ -24,6 +29,13 @@ class FrameRecord:
     loss: float
     track_ms: float
     keyframe: bool
+    quality: Optional[object] = None
+    reason: Optional[str] = None
+
+    @property
+    def status(self) -> str:
+        """'ok', 'recovered' (ok after a recovery or relocalisation) or 'lost'."""
+        return ("recovered" if self.recovered else "ok") if self.ok else "lost"
 
 
 @dataclass

@@ -55,7 +55,7 @@ class SlamSystem:
         self.smap = SphereMap(self.device, cfg.map.max_spheres, cfg.map.max_mb, cfg.map.chunk)
         self.store = KeyframeStore(cfg.mapping.max_keyframes, seed=cfg.system.seed)
         # The tracking thread reads a copy of the keyframe list: the mapper may add or drop some.
-        self.frontend = TrackingFrontend(cfg.tracking, cfg.relocalise, backend, lambda: list(self.store.items))
+        self.frontend = TrackingFrontend(cfg, lambda: list(self.store.items))
         self.selector = KeyframeSelector(cfg.mapping)
         self.mapper = Mapper(cfg.mapping, cfg.pruner, self.smap, self.store, backend, seed=cfg.system.seed)
         self.recorder = RunRecorder()
@@ -109,7 +109,7 @@ class SlamSystem:
         is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(res.T_wc, res.ok)
         ms = (time.perf_counter() - t0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, res.T_wc, frame.gt_pose, res.ok, res.recovered, res.loss,
-                          ms, is_kf)
+                          ms, is_kf, res.quality, res.reason)
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)

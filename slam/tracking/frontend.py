@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from slam.config import RelocaliseConfig, TrackingConfig
+from slam.config import Config
 from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
@@ -34,21 +34,19 @@ class TrackingFrontend:
     searches). ``relocalisations`` lists every attempt's ``RelocResult``.
     """
 
-    def __init__(self, tracking: TrackingConfig, relocalise: RelocaliseConfig, backend: str,
-                 keyframes: Callable[[], list[Keyframe]]) -> None:
-        self.tracking_cfg = tracking
-        self.cfg = relocalise
-        self.backend = backend
+    def __init__(self, cfg: Config, keyframes: Callable[[], list[Keyframe]]) -> None:
+        self.tracking_cfg, self.quality_cfg, self.cfg = cfg.tracking, cfg.quality, cfg.relocalise
+        self.backend = cfg.raster.backend
         self.keyframes = keyframes
-        self.tracker = Tracker(tracking, backend)
-        self.policy = LostPolicy(relocalise.after_failures, relocalise.max_skip)
+        self.tracker = Tracker(cfg.tracking, cfg.quality, self.backend)
+        self.policy = LostPolicy(cfg.relocalise.after_failures, cfg.relocalise.max_skip)
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
 
     def use_saved_map(self, keyframes: list[Keyframe]) -> None:
         """Localise in a saved map made from ``keyframes``: the start pose is unknown until a
         relocalisation is verified."""
-        self.saved_map = Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.backend)
+        self.saved_map = self._relocaliser(keyframes)
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int,
@@ -89,6 +87,9 @@ class TrackingFrontend:
         return self.tracker.failures
 
     # ------------------------------------------------------------------ relocalisation
+    def _relocaliser(self, keyframes: list[Keyframe]) -> Relocaliser:
+        return Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.quality_cfg, self.backend)
+
     def _attempt(self, relocaliser: Relocaliser, obs: Observation, snap: MapSnapshot, index: int) -> RelocResult:
         res = relocaliser.relocalise(obs, snap)
         res.frame = index
@@ -109,7 +110,7 @@ class TrackingFrontend:
         """SLAM mode, lost: relocalise against the keyframes mapped so far; ``failed`` is the
         tracker's result, returned when relocalisation fails too."""
         failures = self.policy.failures
-        res = self._attempt(Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.backend), obs, snap, index)
+        res = self._attempt(self._relocaliser(keyframes), obs, snap, index)
         log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",
                     failures, len(keyframes), "succeeded" if res.ok else "failed", res.ms)
         if not res.ok:

@@ -32,7 +32,7 @@ import cv2
 import numpy as np
 import torch
 
-from slam.config import RelocaliseConfig, TrackingConfig
+from slam.config import QualityConfig, RelocaliseConfig, TrackingConfig
 from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
@@ -136,7 +136,7 @@ class Relocaliser:
     """Finds a frame's pose in a saved map from the saved keyframes (see module doc)."""
 
     def __init__(self, keyframes: list[Keyframe], cfg: RelocaliseConfig, tracking: TrackingConfig,
-                 backend: str = "auto") -> None:
+                 quality: QualityConfig, backend: str = "auto") -> None:
         if not keyframes:
             raise ValueError("relocalisation needs at least one saved keyframe")
         self.keyframes = keyframes
@@ -149,6 +149,7 @@ class Relocaliser:
         self.track_cfg = dataclasses.replace(tracking, iters=max(tracking.recovery_iters, tracking.iters),
                                              pyramid_levels=max(3, tracking.pyramid_levels),
                                              residual_spike=float("inf"))
+        self.quality_cfg = quality
         self.attempts = 0
 
     # ------------------------------------------------------------------ public
@@ -186,7 +187,7 @@ class Relocaliser:
         verify_obs = obs.downsampled(max(1, obs.width // VERIFY_WIDTH))
         best: Optional[RelocResult] = None
         for _, T0, kf in picked:
-            tracker = Tracker(self.track_cfg, self.backend)
+            tracker = Tracker(self.track_cfg, self.quality_cfg, self.backend)
             tracker.initialise(T0)
             res = tracker.track(obs, snap)
             T = res.T_wc if np.all(np.isfinite(res.T_wc)) else T0

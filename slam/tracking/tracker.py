@@ -18,26 +18,28 @@ only renders detached snapshots under ``no_grad``: nothing reaches the map. The 
 The tracker works at the resolution of the observation it is given (the system uploads frames at
 ``tracking.downscale``); the pyramid halves it per coarser level.
 
-Failure detection: too few known pixels, or a final residual far above the recent median. A
-failure triggers a recovery attempt (more iterations from the last good pose); frames that stay
-failed are reported so the system does not make keyframes from them.
+Failure detection: the absolute quality test of ``slam.tracking.quality`` (coverage, depth and
+colour inliers at the final pose: evidence of this frame alone), and a final residual far above
+the recent median. A failure triggers a recovery attempt (more iterations from the last good
+pose); frames that stay failed are reported so the system makes no keyframe from them.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Optional
 
 import numpy as np
 import torch
 
-from slam.config import TrackingConfig
-from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot_increment
+from slam.config import QualityConfig, TrackingConfig
+from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot_increment, relative_motion
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
+from slam.tracking.quality import TrackQuality, conditioning, judge, pixel_counts
 
 # The residual-spike failure test compares a frame's loss with the median of the last
 # LOSS_HISTORY good frames, once MIN_LOSS_HISTORY exist; its factor, ``residual_spike``, is the
@@ -55,7 +57,8 @@ class TrackResult:
     """T_wc: (4, 4) float64 estimated camera-to-world pose; loss: final residual (L1 colour +
     depth_weight * L1 depth per known pixel); known_fraction: share of valid-depth pixels the map
     explains; ok: passed the checks; recovered: needed (and passed) a recovery attempt, or was
-    relocalised after being lost; iters: LM iterations run in all."""
+    relocalised after being lost; iters: LM iterations run in all; quality: the evidence the
+    checks judged; reason: why the frame failed (None when ok)."""
 
     T_wc: np.ndarray
     loss: float
@@ -63,13 +66,16 @@ class TrackResult:
     ok: bool
     recovered: bool
     iters: int
+    quality: TrackQuality = field(default_factory=TrackQuality)
+    reason: Optional[str] = None
 
 
 class Tracker:
     """Estimates each frame's pose; keeps the pose history for the motion model."""
 
-    def __init__(self, cfg: TrackingConfig, backend: str = "auto") -> None:
+    def __init__(self, cfg: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
         self.cfg = cfg
+        self.quality_cfg = quality
         self.backend = backend
         self.prev: Optional[np.ndarray] = None
         self.prev2: Optional[np.ndarray] = None
@@ -96,29 +102,34 @@ class Tracker:
         """Estimate the pose of ``obs`` (at the tracking resolution) against ``snapshot``; updates
         the motion history."""
         levels = lm.pyramid(obs, self.cfg.pyramid_levels)
-        result = self._optimise(levels, snapshot, self.guess(), self.cfg.iters)
-        if not self._passes(result):
-            start = self.last_good if self.last_good is not None else self.guess()
+        prior = self.guess()
+        result = self._optimise(levels, snapshot, prior, self.cfg.iters)
+        result.reason = self._failure(result)
+        if result.reason is not None:
+            start = self.last_good if self.last_good is not None else prior
             retry = self._optimise(levels, snapshot, start, self.cfg.recovery_iters)
-            if self._passes(retry):
+            retry.reason = self._failure(retry)
+            if retry.reason is None:
                 retry.recovered = True
                 self.recoveries += 1
                 result = retry
             elif retry.loss < result.loss or not math.isfinite(result.loss):
                 result = retry
-        result.ok = self._passes(result)
+        result.ok = result.reason is None
+        shift, turn = relative_motion(prior, result.T_wc)
+        result.quality.prior_shift_m, result.quality.prior_turn_deg = shift, math.degrees(turn)
         self._update_history(result)
         return result
 
     # ------------------------------------------------------------------ internals
-    def _passes(self, r: TrackResult) -> bool:
-        if not math.isfinite(r.loss) or r.known_fraction < self.cfg.min_known_fraction:
-            return False
-        if len(self.recent_losses) >= MIN_LOSS_HISTORY:
+    def _failure(self, r: TrackResult) -> Optional[str]:
+        """None when ``r`` passes the absolute quality test and the spike test, else why not."""
+        reason = judge(r.quality, r.loss, self.cfg.min_known_fraction, self.quality_cfg)
+        if reason is None and len(self.recent_losses) >= MIN_LOSS_HISTORY:
             median = float(np.median(self.recent_losses))
             if r.loss > self.cfg.residual_spike * max(median, 1e-6):
-                return False
-        return True
+                reason = f"residual spike: {r.loss:.3f} above {self.cfg.residual_spike:g} x the recent median {median:.3f}"
+        return reason
 
     def _update_history(self, r: TrackResult) -> None:
         if r.ok:
@@ -160,6 +171,7 @@ class Tracker:
             return pivot_increment(delta6, z_pivot) @ T
 
         loss_val, known, done, first_it = float("inf"), 0.0, 0, 0
+        quality, Hd = TrackQuality(), None
         for (obs, valid), n_iter in zip(pyramid, lm.level_iters(iters, len(pyramid), cfg.coarse_share)):
             n_valid = int(valid.sum())
             if n_valid == 0:
@@ -213,9 +225,13 @@ class Tracker:
             first_it += n_iter
             mask = valid & (out.alpha > cfg.alpha_threshold)
             r = lm.residual(out, target, mask.unsqueeze(-1).to(target.dtype), affine)
-            cnt = max(int(mask.sum()), 1)
             a = r.abs().sum(dim=(0, 1))
-            loss_val = float(a[:3].sum() + a[3]) / cnt   # L1 colour (3 channels) + lambda * L1 depth
+            l1 = a[:3].sum() + a[3]                      # L1 colour (3 channels) + lambda * L1 depth
+            counts = pixel_counts(out, obs, valid, mask, r, self.quality_cfg)
+            l1, covered, depth_in, color_in = torch.cat([l1.reshape(1), counts]).tolist()   # one sync
+            cnt = max(int(covered), 1)
+            loss_val = l1 / cnt
             known = cnt / max(float(n_valid), 1.0)
+            quality = TrackQuality(known, depth_in / cnt, color_in / cnt, conditioning(Hd))
         T_wc = orthonormalize(invert(T_cw))
-        return TrackResult(T_wc, loss_val, known, True, False, done)
+        return TrackResult(T_wc, loss_val, known, True, False, done, quality)
