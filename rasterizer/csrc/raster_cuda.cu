@@ -1,4 +1,6 @@
-// CUDA backend of the sphere rasterizer.
+// CUDA backend of the sphere rasterizer. Same interface as the CPU module (raster_cpu.cpp; the
+// arguments and results are listed in bind_cuda.cpp and rasterizer/functions.py) and the same
+// per-pixel and per-sphere math (sphere_math.h).
 //
 // forward: project (one thread per sphere: centre, inverse variances, tile count, depth key; a
 //   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
@@ -10,14 +12,15 @@
 //      each tile's list stays in (depth, index) order
 //   -> tile ranges -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
 //      batches of 256 spheres, early exit when every pixel of the tile is done); the expected
-//      depth is normalised in the kernel (depth = sum w z / max(alpha, eps)).
+//      depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
-//   warp's furthest last sphere), the depth normalisation's backward per pixel at load, the chain
-//   rule to the 3D centre and radius per pixel through per-sphere constants (sr::chain_consts),
-//   warp-level reduction of the per-sphere gradients (and pruner statistics) before one atomic per
-//   value and warp.
+//   warp's furthest last sphere), the depth normalisation's backward per pixel at load
+//   (sr::load_pixel_grads), the chain rule to the 3D centre and radius per pixel through
+//   per-sphere constants (sr::chain_consts), warp-level reduction of the per-sphere gradients (and
+//   pruner statistics) before one atomic per value and warp.
 // Temporaries live in one workspace per phase (few allocator calls per render). Uses nothing newer
-// than CUDA 11.4 provides.
+// than CUDA 11.4 provides. This file is over 400 lines: splitting it would move the kernels away
+// from their launchers (or into headers) for no speed gain; it stays one translation unit.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "sphere_math.h"
+#include "tensor_args.h"
 
 namespace {
 
@@ -108,8 +112,7 @@ __global__ void ranges_kernel(int m, int n_tiles, const KeyT* __restrict__ keys,
   }
 }
 
-// depth_eps > 0: out_depth is the normalised expected depth sum(w z) / max(alpha, depth_eps)
-// (exactly what `dacc / alpha.clamp_min(eps)` gives); otherwise the accumulated sum(w z).
+// out_depth: the normalised expected depth sum(w z) / max(alpha, depth_eps).
 __global__ void __launch_bounds__(kBlock)
     raster_fwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
                       const int32_t* __restrict__ ids, const float4* __restrict__ splats,
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kBlock)
   out_color[3 * p] = c0 + T * background[0];
   out_color[3 * p + 1] = c1 + T * background[1];
   out_color[3 * p + 2] = c2 + T * background[2];
-  out_depth[p] = depth_eps > 0.f ? d / fmaxf(alpha, depth_eps) : d;
+  out_depth[p] = sr::normalise_depth(d, alpha, depth_eps);
   out_alpha[p] = alpha;
   out_last[p] = last;
 }
@@ -201,16 +204,6 @@ __device__ __forceinline__ int warp_max(int v) {
   return v;
 }
 
-// Output gradients may be strided (e.g. expanded from a sum): no contiguous copies needed.
-// `depth` is the gradient of the normalised depth when the forward normalised it (depth_img
-// given to the backward), else of the accumulated depth.
-struct GradImages {
-  const float* color;
-  const float* depth;
-  const float* alpha;
-  int64_t c_sy, c_sx, c_sc, d_sy, d_sx, a_sy, a_sx;
-};
-
 template <bool STATS>
 __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     raster_bwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
@@ -218,7 +211,7 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
                       const float* __restrict__ radii, const float* __restrict__ colors,
                       const float* __restrict__ opac, const float* __restrict__ background,
                       const float* __restrict__ alpha_img, const float* __restrict__ depth_img,
-                      float depth_eps, const int32_t* __restrict__ last, GradImages gi,
+                      float depth_eps, const int32_t* __restrict__ last, sr::GradImages gi,
                       const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
                       float* __restrict__ st_w, float* __restrict__ st_e,
                       float* __restrict__ st_n) {
@@ -275,19 +268,8 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     my_last = last[p];
     const float A = alpha_img[p];
     T = 1.f - A;
-    const float* gcp = gi.color + py * gi.c_sy + px * gi.c_sx;
-    gc0 = gcp[0];
-    gc1 = gcp[gi.c_sc];
-    gc2 = gcp[2 * gi.c_sc];
-    gd = gi.depth[py * gi.d_sy + px * gi.d_sx];
-    float ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
-    if (depth_img != nullptr) {
-      // backward of depth = dacc / max(alpha, eps), as the separate PyTorch ops computed it:
-      // g_dacc = g / max(alpha, eps), g_alpha += -(g_dacc * depth) (0 where alpha <= eps, as
-      // depth is 0 there)
-      gd = gd / fmaxf(A, depth_eps);
-      ga = ga - __fmul_rn(gd, depth_img[p]);
-    }
+    float ga;
+    sr::load_pixel_grads(gi, px, py, A, depth_img, p, depth_eps, gc0, gc1, gc2, gd, ga);
     R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - ga);
     if (STATS && pixel_err != nullptr) e = pixel_err[p];
   }
@@ -355,24 +337,7 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   }
 }
 
-sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
-  sr::Camera cam;
-  cam.fx = (float)fx;
-  cam.fy = (float)fy;
-  cam.cx = (float)cx;
-  cam.cy = (float)cy;
-  cam.width = (int)width;
-  cam.height = (int)height;
-  cam.tiles_x = (int)((width + sr::kTile - 1) / sr::kTile);
-  cam.tiles_y = (int)((height + sr::kTile - 1) / sr::kTile);
-  return cam;
-}
-
-void check_input(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-}
+void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, name, /*cuda=*/true); }
 
 inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
 
@@ -455,9 +420,9 @@ at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::T
 }  // namespace
 
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]. depth is normalised (sum w z / max(alpha, depth_eps)) when
-// depth_eps > 0, else the accumulated sum w z. One host wait (the pair count), placed so that
-// the GPU does not run dry while the host waits.
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1. One host wait (the pair count), placed so that the GPU
+// does not run dry while the host waits.
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
@@ -466,9 +431,10 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
                    std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
                    std::make_pair(&background, "background")})
     check_input(*pr.first, pr.second);
+  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
@@ -560,9 +526,8 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
 
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] (four
 // contiguous pieces of one zero-filled buffer) and adds the statistics into stat_w / stat_e /
-// stat_n when they are non-empty. The output gradients may be strided. With a non-empty `depth`
-// (the forward's normalised depth, depth_eps > 0), g_depth is the gradient of the normalised
-// depth; otherwise of the accumulated depth.
+// stat_n when they are non-empty. g_depth is the gradient of the normalised depth (`depth`, the
+// forward's); the output gradients may be strided, and an empty one means no gradient.
 std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
@@ -571,13 +536,12 @@ std::vector<at::Tensor> backward_cuda(
     const at::Tensor& last, const at::Tensor& g_color, const at::Tensor& g_depth,
     const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
     at::Tensor stat_n) {
-  for (auto* t : {&g_color, &g_depth, &g_alpha}) {
-    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat, "output gradients must be float32 CUDA");
-  }
-  TORCH_CHECK(g_color.dim() == 3 && g_depth.dim() == 2 && g_alpha.dim() == 2, "bad gradient shapes");
+  const sr::GradImages gi = sr::grad_images(g_color, g_depth, g_alpha, width, height, true);
+  check_input(alpha, "alpha");
+  check_input(depth, "depth");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   at::Tensor buf = at::empty({8 * (int64_t)n}, means.options());
@@ -596,17 +560,12 @@ std::vector<at::Tensor> backward_cuda(
   }
   const bool with_err = stats && pixel_err.numel() == width * height;
   if (with_err) check_input(pixel_err, "stats.pixel_error");
-  const bool normalised = depth.numel() == width * height && depth_eps > 0.0;
-  if (normalised) check_input(depth, "depth");
-  GradImages gi{g_color.data_ptr<float>(), g_depth.data_ptr<float>(), g_alpha.data_ptr<float>(),
-                g_color.stride(0), g_color.stride(1), g_color.stride(2), g_depth.stride(0),
-                g_depth.stride(1), g_alpha.stride(0), g_alpha.stride(1)};
   auto launch = [&](auto kernel) {
     kernel<<<n_tiles, kBlock, 0, stream>>>(
         cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
         means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(),
         opacities.data_ptr<float>(), background.data_ptr<float>(), alpha.data_ptr<float>(),
-        normalised ? depth.data_ptr<float>() : nullptr, (float)depth_eps, last.data_ptr<int32_t>(),
+        depth.data_ptr<float>(), (float)depth_eps, last.data_ptr<int32_t>(),
         gi, with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
         stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
         stats ? stat_n.data_ptr<float>() : nullptr);
