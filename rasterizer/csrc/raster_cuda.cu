@@ -14,10 +14,11 @@
 //      batches of 256 spheres, early exit when every pixel of the tile is done); the expected
 //      depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
-//   warp's furthest last sphere), the depth normalisation's backward per pixel at load
-//   (sr::load_pixel_grads), the chain rule to the 3D centre and radius per pixel through
-//   per-sphere constants (sr::chain_consts), warp-level reduction of the per-sphere gradients (and
-//   pruner statistics) before one atomic per value and warp.
+//   warp's furthest last sphere); the depth normalisation's backward per pixel at load
+//   (sr::load_pixel_grads); per (pixel, sphere) the splat-space gradients (sr::alpha_backward:
+//   centre u v, s2, opacity; plus the direct depth and the colour gradients), reduced per sphere
+//   and warp before one atomic per value and warp (pruner statistics alongside); then
+//   sr::project_backward once per sphere (project_backward_kernel) to the 3D centre and radius.
 // Temporaries live in one workspace per phase (few allocator calls per render). Uses nothing newer
 // than CUDA 11.4 provides. This file is over 400 lines: splitting it would move the kernels away
 // from their launchers (or into headers) for no speed gain; it stays one translation unit.
@@ -215,11 +216,10 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
                       const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
                       float* __restrict__ st_w, float* __restrict__ st_e,
                       float* __restrict__ st_n) {
-  // g_buf layout: [grad means 3N | grad radii N | grad colors 3N | grad opacities N]
+  // g_buf layout: [gu gv gz per sphere 3N | gs2 N | grad colors 3N | grad opacities N]: the
+  // splat-space sums; project_backward_kernel turns the first 4N into grad means and radii.
   __shared__ float4 s_geo[kBlock];  // u v ia ic
   __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
-  __shared__ float4 s_k0[kBlock];   // chain constants kx ky zx zy
-  __shared__ float4 s_k1[kBlock];   // chain constants ha hc zs rs
   __shared__ float s_z[kBlock];
   __shared__ int32_t s_id[kBlock];
   __shared__ int s_warp_last[kBlock / 32];
@@ -237,8 +237,8 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   const float fpx = (float)px, fpy = (float)py;
 
   // After the warp reduction, lane group q holds value q: its first lane adds it at
-  // dst_base[dst_stride * sphere] (values: grad x y z, radius, colour 0 1 2, opacity, then the
-  // statistics w, w * e, count).
+  // dst_base[dst_stride * sphere] (values: gu, gv, direct depth gradient gz, gs2, colour 0 1 2,
+  // opacity, then the statistics w, w * e, count).
   float* dst_base = nullptr;
   int dst_stride = 1;
   if (lane % kGroup == 0) {
@@ -289,17 +289,14 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       const int k = b_end - 1 - tid;
       const int32_t i = ids[k];
       s_id[tid] = i;
-      const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
+      const float z = means[3 * i + 2];
       // recompute the splat (same inline function and inputs as the forward: identical bits)
       // instead of keeping an (N, 4) buffer alive between forward and backward
       sr::Splat sp;
-      sr::project_sphere(x, y, z, r, cam, sp);
+      sr::project_sphere(means[3 * i], means[3 * i + 1], z, radii[i], cam, sp);
       s_geo[tid] = make_float4(sp.u, sp.v, sp.ia, sp.ic);
       s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
       s_z[tid] = z;
-      const sr::ChainConsts kc = sr::chain_consts(x, y, z, r, sp, cam);
-      s_k0[tid] = make_float4(kc.kx, kc.ky, kc.zx, kc.zy);
-      s_k1[tid] = make_float4(kc.ha, kc.hc, kc.zs, kc.rs);
     }
     __syncthreads();
     // batch entry j is list position b_end - 1 - j: skip the entries past the warp's last
@@ -307,9 +304,9 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       const int k = b_end - 1 - j;
       const float4 g = s_geo[j];
       const float4 c = s_col[j];
+      const sr::Splat sp{g.x, g.y, g.z, g.w};
       float a = 0.f, G = 0.f, du = 0.f, dv = 0.f;
-      const bool valid =
-          k < my_last && sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv);
+      const bool valid = k < my_last && sr::eval_alpha(fpx, fpy, sp, c.w, a, G, du, dv);
       if (!__any_sync(kFull, valid)) continue;
       float v[NV];
 #pragma unroll
@@ -318,13 +315,19 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
         const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * s_z[j];
         float w;
         const float dLda = sr::unblend_step(a, gf, T, R, w);
-        const float4 k0 = s_k0[j];
-        const float4 k1 = s_k1[j];
-        const sr::ChainConsts kc{k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-        sr::pixel_gradients(dLda, a, c.w, G, du, dv, w * gd, kc, v[0], v[1], v[2], v[3], v[7]);
+        // the splat read again from shared memory rather than kept in registers across
+        // unblend_step (one spilled register less in the statistics variant)
+        const float4 g2 = s_geo[j];
+        const sr::SplatGrad sg =
+            sr::alpha_backward(dLda, c.w, G, du, dv, sr::Splat{g2.x, g2.y, g2.z, g2.w}, cam);
+        v[0] = sg.gu;
+        v[1] = sg.gv;
+        v[2] = w * gd;
+        v[3] = sg.gs2;
         v[4] = w * gc0;
         v[5] = w * gc1;
         v[6] = w * gc2;
+        v[7] = sg.go;
         if (STATS) {
           v[8 % NV] = w;
           v[9 % NV] = w * e;
@@ -335,6 +338,21 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       if (dst_base != nullptr) atomicAdd(dst_base + dst_stride * s_id[j], v[0]);
     }
   }
+}
+
+// One thread per sphere, after raster_bwd_kernel: the summed splat-space gradients in g_buf's first
+// 4N values (gu gv gz per sphere | gs2) become the gradients of the centre and the radius, in
+// place. Spheres that no pixel reached (all four 0; culled ones among them) keep zeros.
+__global__ void project_backward_kernel(int n, sr::Camera cam, const float* __restrict__ means,
+                                        const float* __restrict__ radii, float* __restrict__ g_buf) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float* gm = g_buf + 3 * (size_t)i;
+  float* gr = g_buf + 3 * (size_t)n + i;
+  const float gu = gm[0], gv = gm[1], gz = gm[2], gs2 = *gr;
+  if (gu == 0.f && gv == 0.f && gz == 0.f && gs2 == 0.f) return;
+  sr::project_backward(means[3 * i], means[3 * i + 1], means[3 * i + 2], radii[i], cam, gu, gv,
+                       gs2, gz, gm[0], gm[1], gm[2], *gr);
 }
 
 void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, name, /*cuda=*/true); }
@@ -574,6 +592,9 @@ std::vector<at::Tensor> backward_cuda(
     launch(raster_bwd_kernel<true>);
   else
     launch(raster_bwd_kernel<false>);
+  SR_CHECK_CUDA();
+  project_backward_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, cam, means.data_ptr<float>(), radii.data_ptr<float>(), buf.data_ptr<float>());
   SR_CHECK_CUDA();
   return {g_means, g_radii, g_colors, g_opac};
 }

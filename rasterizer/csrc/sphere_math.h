@@ -1,7 +1,12 @@
 // Per-sphere and per-pixel math of the sphere rasterizer, shared by the CPU (C++/OpenMP) and
 // CUDA kernels. Every function here is __host__ __device__ under nvcc and plain inline otherwise
 // (make_camera: host only), so both backends evaluate exactly the same model (see
-// rasterizer/__init__.py for the maths).
+// rasterizer/__init__.py for the maths) and take their gradients the same way:
+//   forward:  project_sphere -> tile_rect (binning) -> per pixel eval_alpha + blend_step, then
+//             normalise_depth;
+//   backward: per pixel normalise_depth_backward, then unblend_step + alpha_backward per
+//             (pixel, sphere), splat-space gradients summed per sphere, then project_backward
+//             once per sphere.
 // The host build uses -ffp-contract=off (rasterizer/_build.py): no fused multiply-adds, so an
 // expression gives the same bits wherever it is inlined.
 #pragma once
@@ -205,7 +210,9 @@ SR_HD void load_pixel_grads(const GradImages& gi, int px, int py, float alpha,
                                   gi.alpha != nullptr, ga);
 }
 
-// Gradient of dL/da back to the splat: centre (gu, gv), s2 = (r/z)^2 (gs2), opacity (go).
+// Gradient of dL/da back to the splat: centre (gu, gv), s2 = (r/z)^2 (gs2), opacity (go). Both
+// kernels sum these per sphere (with the direct depth gradient w * g_dacc and the colour
+// gradient w * g_color) and then apply project_backward once per sphere.
 struct SplatGrad {
   float gu, gv, gs2, go;
 };
@@ -223,8 +230,9 @@ SR_HD SplatGrad alpha_backward(float dLda, float o, float G, float du, float dv,
   return g;
 }
 
-// Chain rule from the splat gradients (gu, gv, gs2) and the direct depth gradient gz to the
-// sphere's camera-frame centre (gx, gy, gzo) and radius (gr).
+// Chain rule from one sphere's summed splat gradients (gu, gv, gs2) and direct depth gradient gz
+// to its camera-frame centre (gx, gy, gzo) and radius (gr). Only for spheres that project
+// (kNear < z <= kFar).
 SR_HD void project_backward(float x, float y, float z, float r, const Camera& cam, float gu,
                             float gv, float gs2, float gz, float& gx, float& gy, float& gzo,
                             float& gr) {
@@ -233,52 +241,6 @@ SR_HD void project_backward(float x, float y, float z, float r, const Camera& ca
   gy = gv * cam.fy * iz;
   gzo = gz - (gu * cam.fx * x + gv * cam.fy * y) * iz * iz - gs2 * 2.0f * r * r * iz * iz * iz;
   gr = gs2 * 2.0f * r * iz * iz;
-}
-
-// The same gradients as alpha_backward followed by project_backward, folded into per-sphere
-// constants so that each pixel costs a few multiply-adds and no division (the CUDA backward
-// applies the chain rule per pixel and sums afterwards; the sums are linear, so the result is the
-// same up to float rounding). With t = dLda * a (= dL/dG * G; 0 where alpha is clamped):
-//   gu = t du ia, gv = t dv ic, gs2 = t (du^2 ha + dv^2 hc),  ha = (ia fx)^2 / 2, hc = (ic fy)^2 / 2
-//   d/dx = gu fx/z = (t du) kx,  d/dy = (t dv) ky,           kx = ia fx / z,    ky = ic fy / z
-//   d/dz = gz - (gu fx x + gv fy y) / z^2 - gs2 2 r^2 / z^3 = gz - (t du) zx - (t dv) zy - gs2 zs,
-//          zx = kx x / z, zy = ky y / z, zs = 2 r^2 / z^3
-//   d/dr = gs2 2 r / z^2 = gs2 rs,                          rs = 2 r / z^2
-struct ChainConsts {
-  float kx, ky, zx, zy, ha, hc, zs, rs;
-};
-
-SR_HD ChainConsts chain_consts(float x, float y, float z, float r, const Splat& s,
-                               const Camera& cam) {
-  const float iz = 1.0f / z;
-  ChainConsts k;
-  const float afx = s.ia * cam.fx, cfy = s.ic * cam.fy;
-  k.kx = afx * iz;
-  k.ky = cfy * iz;
-  k.zx = k.kx * x * iz;
-  k.zy = k.ky * y * iz;
-  k.ha = 0.5f * afx * afx;
-  k.hc = 0.5f * cfy * cfy;
-  k.rs = 2.0f * r * iz * iz;
-  k.zs = k.rs * r * iz;
-  return k;
-}
-
-// One pixel's contribution to the sphere's gradients (centre gx gy gz, radius gr, opacity go)
-// from dLda (unblend_step), a, G, du, dv (eval_alpha), opacity o and the direct depth gradient gz
-// (blend weight times the pixel's accumulated-depth gradient).
-SR_HD void pixel_gradients(float dLda, float a, float o, float G, float du, float dv, float gz,
-                           const ChainConsts& k, float& gx, float& gy, float& gzo, float& gr,
-                           float& go) {
-  const bool live = !(o * G > kAlphaMax);  // clamped alpha: no gradient through it
-  go = live ? dLda * G : 0.0f;
-  const float t = live ? dLda * a : 0.0f;
-  const float tu = t * du, tv = t * dv;
-  const float gs2 = t * (du * du * k.ha + dv * dv * k.hc);
-  gx = tu * k.kx;
-  gy = tv * k.ky;
-  gzo = gz - tu * k.zx - tv * k.zy - gs2 * k.zs;
-  gr = gs2 * k.rs;
 }
 
 // Depth sort key: the IEEE bits of a positive float sort like the float. Culled spheres get the
