@@ -27,8 +27,11 @@ colour c (3 values) and opacity o in [0, 1].
   w_i = a_i T_i, T_{i+1} = T_i (1 - a_i); a pixel stops at the first sphere that would take T to
   <= 1e-4 (that sphere is not blended; gsplat's rule).
 * Outputs: color = sum_i w_i c_i + T_final * background; alpha = 1 - T_final;
-  depth = (sum_i w_i z_i) / alpha where alpha > 1e-6, else 0 (expected depth of the blended
-  spheres; the normalisation is done in PyTorch on top of every backend).
+  depth = (sum_i w_i z_i) / max(alpha, 1e-6) (expected depth of the blended spheres; 0 where
+  nothing was blended, as the sum is 0 there). Every backend returns this depth: the tiled
+  kernels (CPU and CUDA) normalise it in the kernel and take its gradient directly (the
+  normalisation's backward runs per pixel in the kernel), the reference backend and the gsplat
+  adapter normalise it with PyTorch ops.
 * Gradients reach means, radii, colors and opacities (not K or background). Where o*G > 0.99
   (clamped alpha) the gradient through that alpha is zero. The cut-offs (q > 9, a < 1/255,
   T <= 1e-4) are treated as constants.
@@ -53,7 +56,6 @@ from typing import NamedTuple, Optional
 import torch
 
 from . import _model
-from ._model import DEPTH_EPS
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS"]
 
@@ -156,20 +158,19 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
     K = K.detach()
     if backend == "reference":
         from .reference import render_reference
-        color, dacc, alpha = render_reference(means, radii, colors, opacities, K.to(means.device),
-                                              width, height, background, stats)
+        color, depth, alpha = render_reference(means, radii, colors, opacities,
+                                               K.to(means.device), width, height, background,
+                                               stats)
     elif backend == "gsplat":
         if stats is not None:
             raise NotImplementedError("per-sphere statistics are not available with backend='gsplat'")
         from .functions import gsplat_render
-        color, dacc, alpha = gsplat_render(means, radii, colors, opacities, K.to(means.device),
-                                           width, height, background)
+        color, depth, alpha = gsplat_render(means, radii, colors, opacities, K.to(means.device),
+                                            width, height, background)
     else:
         from .functions import tiled
-        color, dacc, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
-                                   background, stats)
-    from .functions import NormalizeDepth
-    depth = NormalizeDepth.apply(dacc, alpha, DEPTH_EPS)
+        color, depth, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
+                                    background, stats)
     return RasterOutput(color, depth, alpha)
 
 

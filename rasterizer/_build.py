@@ -32,8 +32,12 @@ def _openmp_flags():
 
 
 def cxx_flags():
+    # -ffp-contract=off: no fused multiply-adds in host code, also where the target has them
+    # (aarch64): an expression gives the same bits wherever it is inlined (the backward recomputes
+    # the forward's splats), and the depth normalisation exactly what the PyTorch ops give.
     omp_c, _ = _openmp_flags()
-    return ["-O3"] + omp_c
+    contract = [] if sys.platform == "win32" else ["-ffp-contract=off"]
+    return ["-O3"] + contract + omp_c
 
 
 def ld_flags():

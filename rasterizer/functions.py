@@ -1,8 +1,21 @@
-"""Thin autograd wrappers: one torch.autograd.Function for the tiled kernels (CPU and CUDA; the
-CUDA kernels also normalise the depth) and the gsplat adapter."""
-from __future__ import annotations
+"""Thin autograd wrappers around the kernels: one torch.autograd.Function for the compiled tiled
+kernels (the same code path and the same extension interface for 'cpu' and 'cuda'), and the
+gsplat adapter.
 
-import weakref
+Both extension modules (csrc/raster_cpu.cpp, csrc/raster_cuda.cu + bind_cuda.cpp) take the same
+arguments and return the same things:
+
+* ``forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps)``
+  -> ``[color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+  ranges (tiles,2) int32]``; ``depth = sum(w z) / max(alpha, eps)`` is normalised in the kernel.
+* ``backward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps,
+  ids, ranges, alpha, depth, last, g_color, g_depth, g_alpha, pixel_error, weight_sum, error_sum,
+  count)`` -> ``[g_means (N,3), g_radii (N,), g_colors (N,3), g_opacities (N,)]``. ``g_depth`` is
+  the gradient of the normalised depth (the kernel applies the normalisation's backward per
+  pixel); output gradients may be strided, an empty tensor means "no gradient"; the statistics
+  buffers (empty: none) are added into.
+"""
+from __future__ import annotations
 
 import torch
 
@@ -22,112 +35,47 @@ def _camera(K: torch.Tensor):
 class TiledRaster(torch.autograd.Function):
     """Forward/backward through the compiled tiled kernels ('cpu' or 'cuda').
 
-    Outputs (color (H,W,3), depth (H,W), alpha (H,W)). The CPU kernels return the accumulated
-    depth sum(w z) (normalised by :class:`NormalizeDepth` on top); the CUDA kernels normalise it
-    themselves (the same arithmetic, fused: no extra kernels or autograd node per render) and
-    take its gradient directly. The backward adds the per-sphere statistics into ``stats`` when
-    one is given.
+    Outputs (color (H,W,3), depth (H,W) metres (normalised, 0 where alpha <= DEPTH_EPS),
+    alpha (H,W)). The backward adds the per-sphere statistics into ``stats`` when one is given.
+    Output gradients go to the kernels as they come: strided ones are read through their
+    strides, absent ones (the output did not reach the loss) are passed as empty tensors.
     """
 
     @staticmethod
     def forward(ctx, kind, cam, width, height, stats, means, radii, colors, opacities, background):
-        ext = _ext.get(kind)
-        fx, fy, cx, cy = cam
+        ctx.set_materialize_grads(False)
         ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
-        if kind == "cuda":
-            color, depth, alpha, last, ids, ranges = ext.forward(
-                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
-                DEPTH_EPS)
-            ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
-                                  ids, ranges)
-            return color, depth, alpha
-        outs = ext.forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height)
-        color, dacc, alpha, last, splats, ids, ranges = outs
-        ctx.save_for_backward(means, radii, colors, opacities, background, alpha, last, splats,
+        color, depth, alpha, last, ids, ranges = _ext.get(kind).forward(
+            means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS)
+        ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
                               ids, ranges)
-        return color, dacc, alpha
+        return color, depth, alpha
 
     @staticmethod
     def backward(ctx, g_color, g_depth, g_alpha):
-        ext = _ext.get(ctx.kind)
-        fx, fy, cx, cy = ctx.cam
-        width, height = ctx.size
-        stats = ctx.stats
-        if ctx.kind == "cuda":
-            (means, radii, colors, opacities, background, alpha, depth, last, ids,
-             ranges) = ctx.saved_tensors
-        else:
-            (means, radii, colors, opacities, background, alpha, last, splats, ids,
-             ranges) = ctx.saved_tensors
+        (means, radii, colors, opacities, background, alpha, depth, last, ids,
+         ranges) = ctx.saved_tensors
         empty = means.new_empty(0)
+        stats = ctx.stats
         if stats is not None:
             sw, se, sn = stats.weight_sum, stats.error_sum, stats.count
             err = stats.pixel_error
             err = empty if err is None else err.detach().to(means.device, torch.float32).contiguous()
         else:
             sw = se = sn = err = empty
-        if ctx.kind == "cuda":  # the CUDA kernel reads strided (e.g. expanded) gradients directly
-            g_means, g_radii, g_colors, g_opac = ext.backward(
-                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
-                DEPTH_EPS, ids, ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se,
-                sn)
-        else:
-            g_color, g_depth, g_alpha = g_color.contiguous(), g_depth.contiguous(), g_alpha.contiguous()
-            g_means, g_radii, g_colors, g_opac = ext.backward(
-                means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, splats,
-                ids, ranges, alpha, last, g_color, g_depth, g_alpha, err, sw, se, sn)
+        g_color, g_depth, g_alpha = (empty if g is None else g for g in (g_color, g_depth, g_alpha))
+        g_means, g_radii, g_colors, g_opac = _ext.get(ctx.kind).backward(
+            means, radii, colors, opacities, background, *ctx.cam, *ctx.size, DEPTH_EPS, ids,
+            ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se, sn)
         return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
 
 
-class NormalizeDepth(torch.autograd.Function):
-    """depth = accumulated depth / alpha where alpha > eps, else 0 (the same for every backend).
-
-    Equivalent to ``where(alpha > eps, dacc / alpha, 0)`` because dacc is exactly 0 wherever no
-    sphere was blended (and alpha >= 1/255 wherever one was); written out to keep the backward to
-    three small kernels and two image-sized temporaries.
-
-    ``apply`` returns its input unchanged when it is a depth that :func:`tiled` got already
-    normalised (with the same eps and alpha) from the CUDA kernels."""
-
-    @classmethod
-    def apply(cls, dacc, alpha, eps):
-        done = getattr(dacc, _NORMALISED, None)
-        if done is not None and done[0] == eps and done[1]() is alpha:
-            return dacc
-        return super().apply(dacc, alpha, eps)
-
-    @staticmethod
-    def forward(ctx, dacc, alpha, eps):
-        depth = dacc / alpha.clamp_min(eps)
-        ctx.eps = eps
-        ctx.save_for_backward(alpha, depth)
-        return depth
-
-    @staticmethod
-    def backward(ctx, g):
-        alpha, depth = ctx.saved_tensors
-        g_dacc = g / alpha.clamp_min(ctx.eps)
-        # d/d alpha = -g * dacc / alpha^2 = -g_dacc * depth where alpha > eps; where alpha <= eps
-        # the clamp makes it 0, and so does depth (= 0 there): no mask needed.
-        g_alpha = torch.mul(g_dacc, depth).neg_()
-        return g_dacc, g_alpha, None
-
-
-# Attribute that marks a depth image as normalised already: (eps, weakref to its alpha).
-_NORMALISED = "_sphere_raster_normalised"
-
-
 def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats):
-    """(color, depth, alpha) from the compiled ``kind`` kernels, differentiable. The depth is the
-    accumulated depth for 'cpu' and the normalised one for 'cuda' (marked so that
-    ``NormalizeDepth.apply(depth, alpha, DEPTH_EPS)`` passes it through)."""
-    color, depth, alpha = TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
-                                            means.contiguous(), radii.contiguous(),
-                                            colors.contiguous(), opacities.contiguous(),
-                                            background.contiguous())
-    if kind == "cuda":
-        setattr(depth, _NORMALISED, (DEPTH_EPS, weakref.ref(alpha)))
-    return color, depth, alpha
+    """(color (H,W,3), depth (H,W) metres, alpha (H,W)) from the compiled ``kind`` ('cpu' or
+    'cuda') kernels, differentiable."""
+    return TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
+                             means.contiguous(), radii.contiguous(), colors.contiguous(),
+                             opacities.contiguous(), background.contiguous())
 
 
 def gsplat_render(means, radii, colors, opacities, K, width, height, background):
@@ -135,7 +83,8 @@ def gsplat_render(means, radii, colors, opacities, K, width, height, background)
 
     Differences from our model: gsplat projects with the full perspective Jacobian (off-axis
     footprints become slightly elliptical and rotated), clamps alpha at 0.999 instead of 0.99 and
-    has no 3-sigma ellipse test. Returns (color, accumulated depth, alpha).
+    has no 3-sigma ellipse test. Returns (color (H,W,3), depth (H,W) metres, alpha (H,W)), depth
+    normalised as in our kernels: accumulated depth / max(alpha, DEPTH_EPS).
     """
     from gsplat import rasterization  # lazy: never imported at package import
 
@@ -152,4 +101,4 @@ def gsplat_render(means, radii, colors, opacities, K, width, height, background)
         render_mode="RGB+D", rasterize_mode="classic", radius_clip=0.0)
     img, alpha = img[0], alpha[0, ..., 0]
     color = img[..., :3] + (1.0 - alpha)[..., None] * background
-    return color, img[..., 3], alpha
+    return color, img[..., 3] / alpha.clamp_min(DEPTH_EPS), alpha

@@ -58,7 +58,8 @@ def _composite_chunk(px, py, u, v, ia, ic, o):
 
 
 def render_reference(means, radii, colors, opacities, K, width, height, background, stats=None):
-    """Dense render. Returns (color (H,W,3), accumulated depth (H,W), alpha (H,W)).
+    """Dense render. Returns (color (H,W,3), depth (H,W) metres, alpha (H,W)), depth normalised
+    with PyTorch ops (accumulated depth / max(alpha, DEPTH_EPS); autograd differentiates it).
 
     If ``stats`` is given, the backward pass of these outputs adds the per-sphere statistics
     (weight_sum, error_sum with stats.pixel_error, count) into it.
@@ -86,21 +87,22 @@ def render_reference(means, radii, colors, opacities, K, width, height, backgrou
     color = torch.cat(cols).reshape(height, width, 3)
     dacc = torch.cat(deps).reshape(height, width)
     alpha = torch.cat(alps).reshape(height, width)
+    depth = dacc / alpha.clamp_min(M.DEPTH_EPS)
     if stats is not None and torch.is_grad_enabled():
-        color, dacc, alpha = _StatsTap.apply(stats, order, weights, color, dacc, alpha)
-    return color, dacc, alpha
+        color, depth, alpha = _StatsTap.apply(stats, order, weights, color, depth, alpha)
+    return color, depth, alpha
 
 
 class _StatsTap(torch.autograd.Function):
     """Identity on the outputs whose backward adds the per-sphere statistics into ``stats``."""
 
     @staticmethod
-    def forward(ctx, stats, order, weights, color, dacc, alpha):
+    def forward(ctx, stats, order, weights, color, depth, alpha):
         ctx.stats, ctx.order, ctx.weights = stats, order, weights
-        return color.view_as(color), dacc.view_as(dacc), alpha.view_as(alpha)
+        return color.view_as(color), depth.view_as(depth), alpha.view_as(alpha)
 
     @staticmethod
-    def backward(ctx, g_color, g_dacc, g_alpha):
+    def backward(ctx, g_color, g_depth, g_alpha):
         stats, order = ctx.stats, ctx.order
         w = torch.cat(ctx.weights) if ctx.weights else None
         if w is not None and order.numel() > 0:
@@ -110,4 +112,4 @@ class _StatsTap(torch.autograd.Function):
             if stats.pixel_error is not None:
                 e = stats.pixel_error.reshape(-1).to(w.dtype)
                 stats.error_sum.index_add_(0, order, (w * e[:, None]).sum(0).to(sd))
-        return None, None, None, g_color, g_dacc, g_alpha
+        return None, None, None, g_color, g_depth, g_alpha

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import rasterizer
-from rasterizer_scenes import adversarial_scenes, compare, random_scene, render
+from rasterizer_scenes import (adversarial_scenes, assert_grads_close, compare, random_scene,
+                               render)
 
 ADV = adversarial_scenes()
 
@@ -89,48 +90,88 @@ def test_clear_error_without_compiler(monkeypatch):
         _build.load_jit("cpu")
 
 
-def test_fused_depth_normalisation_wiring(monkeypatch):
-    """The CUDA path (functions.TiledRaster with kind 'cuda') takes the normalised depth from the
-    kernels and its gradient straight to them; NormalizeDepth.apply passes such a depth through.
-    Checked on the CPU with a stand-in 'cuda' module that does the normalisation with the same
-    PyTorch ops as NormalizeDepth: outputs, gradients and statistics must be bitwise those of
-    the 'cpu' path (kernels + NormalizeDepth), also when only some outputs get a gradient."""
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_single_output_gradients(which):
+    # one output at a time: the others get no gradient at all (None in the autograd Function);
+    # depth alone exercises the in-kernel normalisation's backward, including its alpha path
+    s = random_scene(300, 61, 45, seed=21)
+    grads = []
+    for backend in ("reference", "cpu"):
+        ps = [s[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
+        out = rasterizer.rasterize_spheres(*ps, s["K"], 61, 45, backend=backend)
+        out[which].sum().backward()
+        grads.append([p.grad if p.grad is not None else torch.zeros(p.shape) for p in ps])
+    for name, x, y in zip(("means", "radii", "colors", "opacities"), *grads):
+        assert_grads_close(y, x, name=f"output {which} grad {name}")
+
+
+def test_depth_gradient_matches_reference_tightly():
+    # the gradient of the normalised depth alone, on a scene without alpha cut-off flips
+    s = random_scene(8, 40, 30, seed=11, opacity=(0.3, 0.6))
+    g = torch.Generator().manual_seed(2)
+    cot = torch.randn(30, 40, generator=g)
+    grads = []
+    for backend in ("reference", "cpu"):
+        ps = [s[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
+        out = rasterizer.rasterize_spheres(*ps, s["K"], 40, 30, backend=backend)
+        (out.depth * cot).sum().backward()
+        grads.append([p.grad if p.grad is not None else torch.zeros(p.shape) for p in ps])
+    for x, y in zip(*grads):
+        assert torch.allclose(y, x, rtol=1e-3, atol=1e-3 * x.abs().max().item())
+    assert grads[1][0].abs().sum() > 0 and grads[1][1].abs().sum() > 0
+
+
+def test_strided_and_absent_output_gradients_are_exact():
+    # expanded gradients (loss = sum) are read through their strides: the same bits as
+    # contiguous ones; an output outside the loss gives what a zero cotangent gives
+    s = random_scene(150, 48, 36, seed=4)
+
+    def grads(loss_fn):
+        ps = [s[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
+        out = rasterizer.rasterize_spheres(*ps, s["K"], 48, 36, backend="cpu")
+        loss_fn(out).backward()
+        return [p.grad for p in ps]
+
+    a = grads(lambda o: o.color.sum() + o.depth.sum() + o.alpha.sum())
+    b = grads(lambda o: sum((x * torch.ones_like(x)).sum() for x in o))
+    c = grads(lambda o: (o.depth * 2.0).sum())
+    d = grads(lambda o: (o.depth * 2.0).sum() + (o.color * 0.0).sum() + (o.alpha * 0.0).sum())
+    for x, y in list(zip(a, b)) + list(zip(c, d)):
+        assert torch.equal(x, y)
+
+
+def test_one_code_path_for_both_extensions(monkeypatch):
+    """functions.TiledRaster calls the 'cpu' and 'cuda' extensions with the same arguments.
+    Checked on the CPU with a stand-in 'cuda' module that records its arguments and runs the CPU
+    kernels: identical argument lists (types, shapes, strides) and bitwise identical results,
+    also when only some outputs get a gradient."""
     import types
 
     from rasterizer import _ext
     from rasterizer import functions as F
-    from rasterizer._model import DEPTH_EPS
 
     cpu = _ext.get("cpu")
-    splats = {}
+    calls = {"cpu": [], "cuda": []}
 
-    def forward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, eps):
-        color, dacc, alpha, last, sp, ids, ranges = cpu.forward(means, radii, colors, opac, bg,
-                                                                fx, fy, cx, cy, w, h)
-        splats["last"] = sp
-        return [color, dacc / alpha.clamp_min(eps), alpha, last, ids, ranges]
+    def recorder(kind, fn):
+        def call(*args):
+            calls[kind].append([(type(a).__name__, tuple(a.shape), a.stride(), a.dtype)
+                                if isinstance(a, torch.Tensor) else a for a in args])
+            return fn(*args)
+        return call
 
-    def backward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, eps, ids, ranges, alpha,
-                 depth, last, g_color, g_depth, g_alpha, err, sw, se, sn):
-        g_dacc = g_depth / alpha.clamp_min(eps)
-        g_alpha = g_alpha + torch.mul(g_dacc, depth).neg_()
-        return cpu.backward(means, radii, colors, opac, bg, fx, fy, cx, cy, w, h, splats["last"],
-                            ids, ranges, alpha, last, g_color.contiguous(), g_dacc.contiguous(),
-                            g_alpha.contiguous(), err, sw, se, sn)
-
-    monkeypatch.setitem(_ext._modules, "cuda", types.SimpleNamespace(forward=forward,
-                                                                     backward=backward))
+    monkeypatch.setitem(_ext._modules, "cpu", types.SimpleNamespace(
+        forward=recorder("cpu", cpu.forward), backward=recorder("cpu", cpu.backward)))
+    monkeypatch.setitem(_ext._modules, "cuda", types.SimpleNamespace(
+        forward=recorder("cuda", cpu.forward), backward=recorder("cuda", cpu.backward)))
 
     def run(scene, kind, use):
         ps = [scene[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
         stats = rasterizer.SphereStats(ps[0].shape[0])
-        color, d, alpha = F.tiled(kind, *ps, scene["K"], scene["width"], scene["height"],
-                                  torch.tensor([0.1, 0.2, 0.3]), stats)
-        depth = F.NormalizeDepth.apply(d, alpha, DEPTH_EPS)
-        assert (depth is d) == (kind == "cuda")
-        outs = (color, depth, alpha)
+        outs = F.tiled(kind, *ps, scene["K"], scene["width"], scene["height"],
+                       torch.tensor([0.1, 0.2, 0.3]), stats)
         g = torch.Generator().manual_seed(1)
-        stats.pixel_error = torch.rand(alpha.shape, generator=g)
+        stats.pixel_error = torch.rand(outs[2].shape, generator=g)
         sum((outs[i] * torch.randn(outs[i].shape, generator=g)).sum() for i in use).backward()
         return [o.detach() for o in outs] + [p.grad for p in ps] + [stats.weight_sum,
                                                                     stats.error_sum, stats.count]
@@ -140,10 +181,4 @@ def test_fused_depth_normalisation_wiring(monkeypatch):
         for use in ((0, 1, 2), (1,), (2,), (0, 1)):
             for x, y in zip(run(s, "cpu", use), run(s, "cuda", use)):
                 assert torch.equal(x, y)
-    # another alpha or eps is not passed through
-    _, d, alpha = F.tiled("cuda", *(scenes[0][k] for k in ("means", "radii", "colors",
-                                                           "opacities")),
-                          scenes[0]["K"], 48, 36, torch.zeros(3), None)
-    assert F.NormalizeDepth.apply(d, alpha, DEPTH_EPS) is d
-    assert F.NormalizeDepth.apply(d, alpha.clone(), DEPTH_EPS) is not d
-    assert F.NormalizeDepth.apply(d, alpha, 2 * DEPTH_EPS) is not d
+    assert calls["cpu"] == calls["cuda"] and len(calls["cpu"]) == 2 * 3 * 4

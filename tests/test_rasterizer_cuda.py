@@ -51,8 +51,8 @@ def test_all_spheres_culled():
 
 @pytest.mark.parametrize("which", [0, 1, 2])
 def test_single_output_gradients(which):
-    # the CUDA kernels normalise the depth themselves: gradients of one output at a time
-    # (depth alone exercises the normalisation's alpha path; the others get zero cotangents)
+    # gradients of one output at a time: the others get no gradient at all (None in the autograd
+    # Function); depth alone exercises the in-kernel normalisation's backward and its alpha path
     s = random_scene(300, 61, 45, seed=21)
     grads = []
     for backend, device in (("reference", "cpu"), ("cuda", "cuda")):
@@ -63,6 +63,26 @@ def test_single_output_gradients(which):
         grads.append([p.grad.cpu() if p.grad is not None else torch.zeros(p.shape) for p in ps])
     for name, x, y in zip(("means", "radii", "colors", "opacities"), *grads):
         assert_grads_close(y, x, name=f"output {which} grad {name}")
+
+
+def test_strided_and_absent_output_gradients():
+    # expanded gradients (loss = sum) are read through their strides; an output outside the loss
+    # gives what a zero cotangent gives (up to the order of the atomic additions)
+    s = random_scene(400, 64, 48, seed=4)
+
+    def grads(loss_fn):
+        ps = [s[k].cuda().requires_grad_() for k in ("means", "radii", "colors", "opacities")]
+        out = rasterizer.rasterize_spheres(*ps, s["K"], 64, 48, backend="cuda")
+        loss_fn(out).backward()
+        return [p.grad.cpu() for p in ps]
+
+    a = grads(lambda o: o.color.sum() + o.depth.sum() + o.alpha.sum())
+    b = grads(lambda o: sum((x * torch.ones_like(x)).sum() for x in o))
+    c = grads(lambda o: (o.depth * 2.0).sum())
+    d = grads(lambda o: (o.depth * 2.0).sum() + (o.color * 0.0).sum() + (o.alpha * 0.0).sum())
+    for name, (x, y) in zip(("means", "radii", "colors", "opacities") * 2,
+                            list(zip(a, b)) + list(zip(c, d))):
+        assert_grads_close(x, y, rel=1e-4, cos=0.99999, name=name)
 
 
 def test_auto_backend_is_cuda_for_cuda_tensors():

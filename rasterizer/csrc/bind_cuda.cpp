@@ -1,6 +1,5 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu). Like the CPU module's interface, except
-// that the forward can normalise the depth itself (depth_eps > 0) and then returns no splats, and
-// the backward takes that depth (and its gradient) instead of the splats.
+// Python bindings of the CUDA kernels (raster_cuda.cu). The same interface as the CPU module
+// (raster_cpu.cpp): the same arguments and results, described in rasterizer/functions.py.
 #include <torch/extension.h>
 
 #include <vector>

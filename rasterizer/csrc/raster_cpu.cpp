@@ -1,6 +1,10 @@
-// CPU (C++/OpenMP) backend of the sphere rasterizer: the same tiled algorithm as the CUDA kernels
-// (project -> bin into 16x16 tiles in (tile, depth, index) order -> per-tile front-to-back blend ->
-// back-to-front backward), with the per-pixel math shared through sphere_math.h.
+// CPU (C++/OpenMP) backend of the sphere rasterizer. Same interface as the CUDA module
+// (raster_cuda.cu / bind_cuda.cpp: the same arguments and results) and the same tiled algorithm:
+// forward: project -> bin into 16x16 tiles in (tile, depth, index) order -> per-tile front-to-back
+//   blend -> depth normalised in the kernel (depth = sum w z / max(alpha, eps));
+// backward: per pixel the normalisation's backward, then a back-to-front replay that sums the
+//   splat-space gradients per sphere (sr::alpha_backward), then sr::project_backward once per
+//   sphere. The per-pixel math is shared through sphere_math.h.
 // Tiles run in parallel; the backward writes one record per (tile, sphere) intersection and then
 // reduces the records per sphere in list order, so results are deterministic for any thread count.
 #include <torch/extension.h>
@@ -14,27 +18,12 @@
 #endif
 
 #include "sphere_math.h"
+#include "tensor_args.h"
 
 namespace {
 
 void check_input(const at::Tensor& t, const char* name, int64_t cols) {
-  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-  if (cols > 0) TORCH_CHECK(t.dim() == 2 && t.size(1) == cols, name, " must have shape (N, ", cols, ")");
-}
-
-sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
-  sr::Camera cam;
-  cam.fx = (float)fx;
-  cam.fy = (float)fy;
-  cam.cx = (float)cx;
-  cam.cy = (float)cy;
-  cam.width = (int)width;
-  cam.height = (int)height;
-  cam.tiles_x = (int)((width + sr::kTile - 1) / sr::kTile);
-  cam.tiles_y = (int)((height + sr::kTile - 1) / sr::kTile);
-  return cam;
+  sr::check_input(t, name, /*cuda=*/false, cols);
 }
 
 int num_threads() { return std::max(1, at::get_num_threads()); }
@@ -70,18 +59,21 @@ struct TileSpheres {
 
 }  // namespace
 
-// Returns [color (H,W,3), accumulated depth (H,W), alpha (H,W), last (H,W) int32, splats (N,4),
-//          ids (M,) int32, ranges (tiles,2) int32]. The backward recovers T_final = 1 - alpha.
+// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
 std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
                                 const at::Tensor& colors, const at::Tensor& opacities,
                                 const at::Tensor& background, double fx, double fy, double cx,
-                                double cy, int64_t width, int64_t height) {
+                                double cy, int64_t width, int64_t height, double depth_eps) {
   check_input(means, "means", 3);
   check_input(colors, "colors", 3);
   check_input(radii, "radii", 0);
   check_input(opacities, "opacities", 0);
   check_input(background, "background", 0);
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const float eps = (float)depth_eps;
   const int64_t n = means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   const float* mp = means.data_ptr<float>();
@@ -91,8 +83,8 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
   const float* bg = background.data_ptr<float>();
 
   auto fopt = means.options();
-  at::Tensor splats_t = at::zeros({n, 4}, fopt);
-  sr::Splat* splats = reinterpret_cast<sr::Splat*>(splats_t.data_ptr<float>());
+  std::vector<sr::Splat> splat_buf(n);
+  sr::Splat* splats = splat_buf.data();
   std::vector<int> rect(4 * n, 0), count(n, 0);
 
   // 1. project
@@ -136,11 +128,11 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
 
   // 4. blend each tile front to back
   at::Tensor color_t = at::empty({height, width, 3}, fopt);
-  at::Tensor dacc_t = at::empty({height, width}, fopt);
+  at::Tensor depth_t = at::empty({height, width}, fopt);
   at::Tensor alpha_t = at::empty({height, width}, fopt);
   at::Tensor last_t = at::empty({height, width}, fopt.dtype(at::kInt));
   float* color = color_t.data_ptr<float>();
-  float* dacc = dacc_t.data_ptr<float>();
+  float* depth = depth_t.data_ptr<float>();
   float* alpha = alpha_t.data_ptr<float>();
   int32_t* last = last_t.data_ptr<int32_t>();
 
@@ -196,55 +188,62 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
           color[3 * p] = C[3 * q] + T[q] * bg[0];
           color[3 * p + 1] = C[3 * q + 1] + T[q] * bg[1];
           color[3 * p + 2] = C[3 * q + 2] + T[q] * bg[2];
-          dacc[p] = D[q];
           alpha[p] = 1.f - T[q];
+          depth[p] = sr::normalise_depth(D[q], alpha[p], eps);
           last[p] = L[q];
         }
     }
   }
-  return {color_t, dacc_t, alpha_t, last_t, splats_t, ids_t, ranges_t};
+  return {color_t, depth_t, alpha_t, last_t, ids_t, ranges_t};
 }
 
 // Record layout per intersection: gu gv gs2 gz gc0 gc1 gc2 go | w  w*e  count
 constexpr int kRec = 11;
 
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] and adds
-// the statistics into stat_w / stat_e / stat_n when they are defined (non-empty).
-std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radii,
-                                 const at::Tensor& colors, const at::Tensor& opacities,
-                                 const at::Tensor& background, double fx, double fy, double cx,
-                                 double cy, int64_t width, int64_t height, const at::Tensor& splats_t,
-                                 const at::Tensor& ids_t, const at::Tensor& ranges_t,
-                                 const at::Tensor& alpha_t, const at::Tensor& last_t,
-                                 const at::Tensor& g_color_t, const at::Tensor& g_dacc_t,
-                                 const at::Tensor& g_alpha_t, const at::Tensor& pixel_err_t,
-                                 at::Tensor stat_w, at::Tensor stat_e, at::Tensor stat_n) {
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+// the statistics into stat_w / stat_e / stat_n when they are non-empty. g_depth is the gradient of
+// the normalised depth (`depth`, the forward's); the output gradients may be strided, and an empty
+// one means no gradient.
+std::vector<at::Tensor> backward(
+    const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
+    const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
+    double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids_t,
+    const at::Tensor& ranges_t, const at::Tensor& alpha_t, const at::Tensor& depth_t,
+    const at::Tensor& last_t, const at::Tensor& g_color, const at::Tensor& g_depth,
+    const at::Tensor& g_alpha, const at::Tensor& pixel_err_t, at::Tensor stat_w,
+    at::Tensor stat_e, at::Tensor stat_n) {
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const float eps = (float)depth_eps;
   const int64_t n = means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   const int64_t m = ids_t.numel();
   const bool with_stats = stat_w.defined() && stat_w.numel() == n && n > 0;
   const bool with_err = with_stats && pixel_err_t.defined() && pixel_err_t.numel() == width * height;
-  for (auto* t : {&g_color_t, &g_dacc_t, &g_alpha_t}) check_input(*t, "output gradient", 0);
+  for (auto* t : {&alpha_t, &depth_t}) check_input(*t, "alpha and depth", 0);
+  const sr::GradImages gi = sr::grad_images(g_color, g_depth, g_alpha, width, height, false);
   const float* mp = means.data_ptr<float>();
   const float* rp = radii.data_ptr<float>();
   const float* cp = colors.data_ptr<float>();
   const float* op = opacities.data_ptr<float>();
   const float* bg = background.data_ptr<float>();
-  const sr::Splat* splats = reinterpret_cast<const sr::Splat*>(splats_t.data_ptr<float>());
   const int32_t* ids = ids_t.data_ptr<int32_t>();
   const int32_t* ranges = ranges_t.data_ptr<int32_t>();
   const float* alpha = alpha_t.data_ptr<float>();
+  const float* depth = depth_t.data_ptr<float>();
   const int32_t* last = last_t.data_ptr<int32_t>();
-  const float* gcol = g_color_t.data_ptr<float>();
-  const float* gdep = g_dacc_t.data_ptr<float>();
-  const float* galp = g_alpha_t.data_ptr<float>();
   at::Tensor err_c;
   const float* err = nullptr;
   if (with_err) {
     err_c = pixel_err_t.to(at::kFloat).contiguous();
     err = err_c.data_ptr<float>();
   }
+  // The splats again (same inline function and inputs as the forward: the same bits), instead of
+  // keeping an (N, 4) buffer alive between forward and backward. Only listed spheres are read.
+  std::vector<sr::Splat> splat_buf(n);
+  sr::Splat* splats = splat_buf.data();
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (n >= kParallelSpheres)
+  for (int64_t i = 0; i < n; ++i)
+    sr::project_sphere(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], cam, splats[i]);
   std::vector<float> rec((size_t)m * kRec, 0.f);
 
 #pragma omp parallel num_threads(num_threads()) if (m >= kParallelPairs)
@@ -268,13 +267,12 @@ std::vector<at::Tensor> backward(const at::Tensor& means, const at::Tensor& radi
         for (int px = x0; px < x1; ++px) {
           const int q = (py - y0) * tw + (px - x0);
           const int64_t p = (int64_t)py * cam.width + px;
-          GC[3 * q] = gcol[3 * p];
-          GC[3 * q + 1] = gcol[3 * p + 1];
-          GC[3 * q + 2] = gcol[3 * p + 2];
-          GD[q] = gdep[p];
+          float ga;
+          sr::load_pixel_grads(gi, px, py, alpha[p], depth, p, eps, GC[3 * q], GC[3 * q + 1],
+                               GC[3 * q + 2], GD[q], ga);
           E[q] = err ? err[p] : 0.f;
           T[q] = 1.f - alpha[p];
-          R[q] = T[q] * (GC[3 * q] * bg[0] + GC[3 * q + 1] * bg[1] + GC[3 * q + 2] * bg[2] - galp[p]);
+          R[q] = T[q] * (GC[3 * q] * bg[0] + GC[3 * q + 1] * bg[1] + GC[3 * q + 2] * bg[2] - ga);
           L[q] = last[p];
           tile_last = std::max<int64_t>(tile_last, L[q]);
         }

@@ -1,4 +1,6 @@
-// CUDA backend of the sphere rasterizer.
+// CUDA backend of the sphere rasterizer. Same interface as the CPU module (raster_cpu.cpp; the
+// arguments and results are listed in bind_cuda.cpp and rasterizer/functions.py) and the same
+// per-pixel and per-sphere math (sphere_math.h).
 //
 // forward: project (one thread per sphere: centre, inverse variances, tile count, depth key; a
 //   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
@@ -10,14 +12,16 @@
 //      each tile's list stays in (depth, index) order
 //   -> tile ranges -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
 //      batches of 256 spheres, early exit when every pixel of the tile is done); the expected
-//      depth is normalised in the kernel (depth = sum w z / max(alpha, eps)).
+//      depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
-//   warp's furthest last sphere), the depth normalisation's backward per pixel at load, the chain
-//   rule to the 3D centre and radius per pixel through per-sphere constants (sr::chain_consts),
-//   warp-level reduction of the per-sphere gradients (and pruner statistics) before one atomic per
-//   value and warp.
+//   warp's furthest last sphere); the depth normalisation's backward per pixel at load
+//   (sr::load_pixel_grads); per (pixel, sphere) the splat-space gradients (sr::alpha_backward:
+//   centre u v, s2, opacity; plus the direct depth and the colour gradients), reduced per sphere
+//   and warp before one atomic per value and warp (pruner statistics alongside); then
+//   sr::project_backward once per sphere (project_backward_kernel) to the 3D centre and radius.
 // Temporaries live in one workspace per phase (few allocator calls per render). Uses nothing newer
-// than CUDA 11.4 provides.
+// than CUDA 11.4 provides. This file is over 400 lines: splitting it would move the kernels away
+// from their launchers (or into headers) for no speed gain; it stays one translation unit.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "sphere_math.h"
+#include "tensor_args.h"
 
 namespace {
 
@@ -108,8 +113,7 @@ __global__ void ranges_kernel(int m, int n_tiles, const KeyT* __restrict__ keys,
   }
 }
 
-// depth_eps > 0: out_depth is the normalised expected depth sum(w z) / max(alpha, depth_eps)
-// (exactly what `dacc / alpha.clamp_min(eps)` gives); otherwise the accumulated sum(w z).
+// out_depth: the normalised expected depth sum(w z) / max(alpha, depth_eps).
 __global__ void __launch_bounds__(kBlock)
     raster_fwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
                       const int32_t* __restrict__ ids, const float4* __restrict__ splats,
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kBlock)
   out_color[3 * p] = c0 + T * background[0];
   out_color[3 * p + 1] = c1 + T * background[1];
   out_color[3 * p + 2] = c2 + T * background[2];
-  out_depth[p] = depth_eps > 0.f ? d / fmaxf(alpha, depth_eps) : d;
+  out_depth[p] = sr::normalise_depth(d, alpha, depth_eps);
   out_alpha[p] = alpha;
   out_last[p] = last;
 }
@@ -201,16 +205,6 @@ __device__ __forceinline__ int warp_max(int v) {
   return v;
 }
 
-// Output gradients may be strided (e.g. expanded from a sum): no contiguous copies needed.
-// `depth` is the gradient of the normalised depth when the forward normalised it (depth_img
-// given to the backward), else of the accumulated depth.
-struct GradImages {
-  const float* color;
-  const float* depth;
-  const float* alpha;
-  int64_t c_sy, c_sx, c_sc, d_sy, d_sx, a_sy, a_sx;
-};
-
 template <bool STATS>
 __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     raster_bwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
@@ -218,15 +212,14 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
                       const float* __restrict__ radii, const float* __restrict__ colors,
                       const float* __restrict__ opac, const float* __restrict__ background,
                       const float* __restrict__ alpha_img, const float* __restrict__ depth_img,
-                      float depth_eps, const int32_t* __restrict__ last, GradImages gi,
+                      float depth_eps, const int32_t* __restrict__ last, sr::GradImages gi,
                       const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
                       float* __restrict__ st_w, float* __restrict__ st_e,
                       float* __restrict__ st_n) {
-  // g_buf layout: [grad means 3N | grad radii N | grad colors 3N | grad opacities N]
+  // g_buf layout: [gu gv gz per sphere 3N | gs2 N | grad colors 3N | grad opacities N]: the
+  // splat-space sums; project_backward_kernel turns the first 4N into grad means and radii.
   __shared__ float4 s_geo[kBlock];  // u v ia ic
   __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
-  __shared__ float4 s_k0[kBlock];   // chain constants kx ky zx zy
-  __shared__ float4 s_k1[kBlock];   // chain constants ha hc zs rs
   __shared__ float s_z[kBlock];
   __shared__ int32_t s_id[kBlock];
   __shared__ int s_warp_last[kBlock / 32];
@@ -244,8 +237,8 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   const float fpx = (float)px, fpy = (float)py;
 
   // After the warp reduction, lane group q holds value q: its first lane adds it at
-  // dst_base[dst_stride * sphere] (values: grad x y z, radius, colour 0 1 2, opacity, then the
-  // statistics w, w * e, count).
+  // dst_base[dst_stride * sphere] (values: gu, gv, direct depth gradient gz, gs2, colour 0 1 2,
+  // opacity, then the statistics w, w * e, count).
   float* dst_base = nullptr;
   int dst_stride = 1;
   if (lane % kGroup == 0) {
@@ -275,19 +268,8 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     my_last = last[p];
     const float A = alpha_img[p];
     T = 1.f - A;
-    const float* gcp = gi.color + py * gi.c_sy + px * gi.c_sx;
-    gc0 = gcp[0];
-    gc1 = gcp[gi.c_sc];
-    gc2 = gcp[2 * gi.c_sc];
-    gd = gi.depth[py * gi.d_sy + px * gi.d_sx];
-    float ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
-    if (depth_img != nullptr) {
-      // backward of depth = dacc / max(alpha, eps), as the separate PyTorch ops computed it:
-      // g_dacc = g / max(alpha, eps), g_alpha += -(g_dacc * depth) (0 where alpha <= eps, as
-      // depth is 0 there)
-      gd = gd / fmaxf(A, depth_eps);
-      ga = ga - __fmul_rn(gd, depth_img[p]);
-    }
+    float ga;
+    sr::load_pixel_grads(gi, px, py, A, depth_img, p, depth_eps, gc0, gc1, gc2, gd, ga);
     R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - ga);
     if (STATS && pixel_err != nullptr) e = pixel_err[p];
   }
@@ -307,17 +289,14 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       const int k = b_end - 1 - tid;
       const int32_t i = ids[k];
       s_id[tid] = i;
-      const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
+      const float z = means[3 * i + 2];
       // recompute the splat (same inline function and inputs as the forward: identical bits)
       // instead of keeping an (N, 4) buffer alive between forward and backward
       sr::Splat sp;
-      sr::project_sphere(x, y, z, r, cam, sp);
+      sr::project_sphere(means[3 * i], means[3 * i + 1], z, radii[i], cam, sp);
       s_geo[tid] = make_float4(sp.u, sp.v, sp.ia, sp.ic);
       s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
       s_z[tid] = z;
-      const sr::ChainConsts kc = sr::chain_consts(x, y, z, r, sp, cam);
-      s_k0[tid] = make_float4(kc.kx, kc.ky, kc.zx, kc.zy);
-      s_k1[tid] = make_float4(kc.ha, kc.hc, kc.zs, kc.rs);
     }
     __syncthreads();
     // batch entry j is list position b_end - 1 - j: skip the entries past the warp's last
@@ -325,9 +304,9 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       const int k = b_end - 1 - j;
       const float4 g = s_geo[j];
       const float4 c = s_col[j];
+      const sr::Splat sp{g.x, g.y, g.z, g.w};
       float a = 0.f, G = 0.f, du = 0.f, dv = 0.f;
-      const bool valid =
-          k < my_last && sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv);
+      const bool valid = k < my_last && sr::eval_alpha(fpx, fpy, sp, c.w, a, G, du, dv);
       if (!__any_sync(kFull, valid)) continue;
       float v[NV];
 #pragma unroll
@@ -336,13 +315,19 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
         const float gf = gc0 * c.x + gc1 * c.y + gc2 * c.z + gd * s_z[j];
         float w;
         const float dLda = sr::unblend_step(a, gf, T, R, w);
-        const float4 k0 = s_k0[j];
-        const float4 k1 = s_k1[j];
-        const sr::ChainConsts kc{k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-        sr::pixel_gradients(dLda, a, c.w, G, du, dv, w * gd, kc, v[0], v[1], v[2], v[3], v[7]);
+        // the splat read again from shared memory rather than kept in registers across
+        // unblend_step (one spilled register less in the statistics variant)
+        const float4 g2 = s_geo[j];
+        const sr::SplatGrad sg =
+            sr::alpha_backward(dLda, c.w, G, du, dv, sr::Splat{g2.x, g2.y, g2.z, g2.w}, cam);
+        v[0] = sg.gu;
+        v[1] = sg.gv;
+        v[2] = w * gd;
+        v[3] = sg.gs2;
         v[4] = w * gc0;
         v[5] = w * gc1;
         v[6] = w * gc2;
+        v[7] = sg.go;
         if (STATS) {
           v[8 % NV] = w;
           v[9 % NV] = w * e;
@@ -355,24 +340,22 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   }
 }
 
-sr::Camera make_camera(double fx, double fy, double cx, double cy, int64_t width, int64_t height) {
-  sr::Camera cam;
-  cam.fx = (float)fx;
-  cam.fy = (float)fy;
-  cam.cx = (float)cx;
-  cam.cy = (float)cy;
-  cam.width = (int)width;
-  cam.height = (int)height;
-  cam.tiles_x = (int)((width + sr::kTile - 1) / sr::kTile);
-  cam.tiles_y = (int)((height + sr::kTile - 1) / sr::kTile);
-  return cam;
+// One thread per sphere, after raster_bwd_kernel: the summed splat-space gradients in g_buf's first
+// 4N values (gu gv gz per sphere | gs2) become the gradients of the centre and the radius, in
+// place. Spheres that no pixel reached (all four 0; culled ones among them) keep zeros.
+__global__ void project_backward_kernel(int n, sr::Camera cam, const float* __restrict__ means,
+                                        const float* __restrict__ radii, float* __restrict__ g_buf) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float* gm = g_buf + 3 * (size_t)i;
+  float* gr = g_buf + 3 * (size_t)n + i;
+  const float gu = gm[0], gv = gm[1], gz = gm[2], gs2 = *gr;
+  if (gu == 0.f && gv == 0.f && gz == 0.f && gs2 == 0.f) return;
+  sr::project_backward(means[3 * i], means[3 * i + 1], means[3 * i + 2], radii[i], cam, gu, gv,
+                       gs2, gz, gm[0], gm[1], gm[2], *gr);
 }
 
-void check_input(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-}
+void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, name, /*cuda=*/true); }
 
 inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
 
@@ -455,9 +438,9 @@ at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::T
 }  // namespace
 
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]. depth is normalised (sum w z / max(alpha, depth_eps)) when
-// depth_eps > 0, else the accumulated sum w z. One host wait (the pair count), placed so that
-// the GPU does not run dry while the host waits.
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1. One host wait (the pair count), placed so that the GPU
+// does not run dry while the host waits.
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
@@ -466,9 +449,10 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
                    std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
                    std::make_pair(&background, "background")})
     check_input(*pr.first, pr.second);
+  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
@@ -560,9 +544,8 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
 
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] (four
 // contiguous pieces of one zero-filled buffer) and adds the statistics into stat_w / stat_e /
-// stat_n when they are non-empty. The output gradients may be strided. With a non-empty `depth`
-// (the forward's normalised depth, depth_eps > 0), g_depth is the gradient of the normalised
-// depth; otherwise of the accumulated depth.
+// stat_n when they are non-empty. g_depth is the gradient of the normalised depth (`depth`, the
+// forward's); the output gradients may be strided, and an empty one means no gradient.
 std::vector<at::Tensor> backward_cuda(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
@@ -571,13 +554,12 @@ std::vector<at::Tensor> backward_cuda(
     const at::Tensor& last, const at::Tensor& g_color, const at::Tensor& g_depth,
     const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
     at::Tensor stat_n) {
-  for (auto* t : {&g_color, &g_depth, &g_alpha}) {
-    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kFloat, "output gradients must be float32 CUDA");
-  }
-  TORCH_CHECK(g_color.dim() == 3 && g_depth.dim() == 2 && g_alpha.dim() == 2, "bad gradient shapes");
+  const sr::GradImages gi = sr::grad_images(g_color, g_depth, g_alpha, width, height, true);
+  check_input(alpha, "alpha");
+  check_input(depth, "depth");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   at::Tensor buf = at::empty({8 * (int64_t)n}, means.options());
@@ -596,17 +578,12 @@ std::vector<at::Tensor> backward_cuda(
   }
   const bool with_err = stats && pixel_err.numel() == width * height;
   if (with_err) check_input(pixel_err, "stats.pixel_error");
-  const bool normalised = depth.numel() == width * height && depth_eps > 0.0;
-  if (normalised) check_input(depth, "depth");
-  GradImages gi{g_color.data_ptr<float>(), g_depth.data_ptr<float>(), g_alpha.data_ptr<float>(),
-                g_color.stride(0), g_color.stride(1), g_color.stride(2), g_depth.stride(0),
-                g_depth.stride(1), g_alpha.stride(0), g_alpha.stride(1)};
   auto launch = [&](auto kernel) {
     kernel<<<n_tiles, kBlock, 0, stream>>>(
         cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
         means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(),
         opacities.data_ptr<float>(), background.data_ptr<float>(), alpha.data_ptr<float>(),
-        normalised ? depth.data_ptr<float>() : nullptr, (float)depth_eps, last.data_ptr<int32_t>(),
+        depth.data_ptr<float>(), (float)depth_eps, last.data_ptr<int32_t>(),
         gi, with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
         stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
         stats ? stat_n.data_ptr<float>() : nullptr);
@@ -615,6 +592,9 @@ std::vector<at::Tensor> backward_cuda(
     launch(raster_bwd_kernel<true>);
   else
     launch(raster_bwd_kernel<false>);
+  SR_CHECK_CUDA();
+  project_backward_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(
+      n, cam, means.data_ptr<float>(), radii.data_ptr<float>(), buf.data_ptr<float>());
   SR_CHECK_CUDA();
   return {g_means, g_radii, g_colors, g_opac};
 }

@@ -1,6 +1,14 @@
 // Per-sphere and per-pixel math of the sphere rasterizer, shared by the CPU (C++/OpenMP) and
-// CUDA kernels. Every function here is __host__ __device__ under nvcc and plain inline otherwise,
-// so both backends evaluate exactly the same model (see rasterizer/__init__.py for the maths).
+// CUDA kernels. Every function here is __host__ __device__ under nvcc and plain inline otherwise
+// (make_camera: host only), so both backends evaluate exactly the same model (see
+// rasterizer/__init__.py for the maths) and take their gradients the same way:
+//   forward:  project_sphere -> tile_rect (binning) -> per pixel eval_alpha + blend_step, then
+//             normalise_depth;
+//   backward: per pixel normalise_depth_backward, then unblend_step + alpha_backward per
+//             (pixel, sphere), splat-space gradients summed per sphere, then project_backward
+//             once per sphere.
+// The host build uses -ffp-contract=off (rasterizer/_build.py): no fused multiply-adds, so an
+// expression gives the same bits wherever it is inlined.
 #pragma once
 
 #include <cmath>
@@ -31,11 +39,36 @@ struct Camera {
   int tiles_x, tiles_y;
 };
 
+// The kernels' camera from the Python arguments (intrinsics in px, image size in px). Host only.
+inline Camera make_camera(double fx, double fy, double cx, double cy, int64_t width,
+                          int64_t height) {
+  Camera cam;
+  cam.fx = (float)fx;
+  cam.fy = (float)fy;
+  cam.cx = (float)cx;
+  cam.cy = (float)cy;
+  cam.width = (int)width;
+  cam.height = (int)height;
+  cam.tiles_x = (int)((width + kTile - 1) / kTile);
+  cam.tiles_y = (int)((height + kTile - 1) / kTile);
+  return cam;
+}
+
 SR_HD float sr_exp(float x) {
 #if defined(__CUDA_ARCH__)
   return __expf(x);
 #else
   return std::exp(x);
+#endif
+}
+
+// a * b rounded on its own: never fused into a neighbouring add (nvcc fuses by default; the host
+// build does not, see the top of this file).
+SR_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
 #endif
 }
 
@@ -127,7 +160,59 @@ SR_HD float unblend_step(float a, float gf, float& T, float& R, float& w) {
   return dLda;
 }
 
-// Gradient of dL/da back to the splat: centre (gu, gv), s2 = (r/z)^2 (gs2), opacity (go).
+// Expected depth of a pixel: depth = dacc / max(alpha, eps), dacc = sum_i w_i z_i. Bit for bit
+// what `dacc / alpha.clamp_min(eps)` gives in PyTorch (also for a NaN alpha). dacc is 0 wherever
+// nothing was blended, so depth is 0 where alpha <= eps.
+SR_HD float depth_denominator(float alpha, float eps) { return alpha < eps ? eps : alpha; }
+
+SR_HD float normalise_depth(float dacc, float alpha, float eps) {
+  return dacc / depth_denominator(alpha, eps);
+}
+
+// Backward of normalise_depth at one pixel, as PyTorch's separate ops would compute it:
+// g_dacc = g / max(alpha, eps) (returned), g_alpha += -(g_dacc * depth). has_ga: the alpha image got
+// a gradient of its own (ga, updated); otherwise ga becomes exactly -(g_dacc * depth). Where
+// alpha <= eps depth is 0, so nothing reaches alpha there.
+SR_HD float normalise_depth_backward(float g, float alpha, float depth, float eps, bool has_ga,
+                                     float& ga) {
+  const float g_dacc = g / depth_denominator(alpha, eps);
+  const float extra = mul_rn(g_dacc, depth);
+  ga = has_ga ? ga - extra : -extra;  // ga - extra == ga + (-extra) exactly
+  return g_dacc;
+}
+
+// The output gradients of a render as both backward kernels read them: through their strides
+// (e.g. expanded from a sum: no contiguous copies), and a null pointer where that output got no
+// gradient (read as 0).
+struct GradImages {
+  const float* color;  // (H, W, 3)
+  const float* depth;  // (H, W), gradient of the normalised depth
+  const float* alpha;  // (H, W)
+  int64_t c_sy, c_sx, c_sc, d_sy, d_sx, a_sy, a_sx;
+};
+
+// Pixel (px, py)'s gradients as the compositing backward needs them: colour (gc0..2), accumulated
+// depth (gd, through normalise_depth_backward) and alpha (ga, the normalisation's share included).
+// alpha: the forward's alpha there; depth_img[p]: its normalised depth (read only when needed).
+SR_HD void load_pixel_grads(const GradImages& gi, int px, int py, float alpha,
+                            const float* depth_img, int64_t p, float eps, float& gc0, float& gc1,
+                            float& gc2, float& gd, float& ga) {
+  gc0 = gc1 = gc2 = gd = ga = 0.f;
+  if (gi.color != nullptr) {
+    const float* c = gi.color + py * gi.c_sy + px * gi.c_sx;
+    gc0 = c[0];
+    gc1 = c[gi.c_sc];
+    gc2 = c[2 * gi.c_sc];
+  }
+  if (gi.alpha != nullptr) ga = gi.alpha[py * gi.a_sy + px * gi.a_sx];
+  if (gi.depth != nullptr)
+    gd = normalise_depth_backward(gi.depth[py * gi.d_sy + px * gi.d_sx], alpha, depth_img[p], eps,
+                                  gi.alpha != nullptr, ga);
+}
+
+// Gradient of dL/da back to the splat: centre (gu, gv), s2 = (r/z)^2 (gs2), opacity (go). Both
+// kernels sum these per sphere (with the direct depth gradient w * g_dacc and the colour
+// gradient w * g_color) and then apply project_backward once per sphere.
 struct SplatGrad {
   float gu, gv, gs2, go;
 };
@@ -145,8 +230,9 @@ SR_HD SplatGrad alpha_backward(float dLda, float o, float G, float du, float dv,
   return g;
 }
 
-// Chain rule from the splat gradients (gu, gv, gs2) and the direct depth gradient gz to the
-// sphere's camera-frame centre (gx, gy, gzo) and radius (gr).
+// Chain rule from one sphere's summed splat gradients (gu, gv, gs2) and direct depth gradient gz
+// to its camera-frame centre (gx, gy, gzo) and radius (gr). Only for spheres that project
+// (kNear < z <= kFar).
 SR_HD void project_backward(float x, float y, float z, float r, const Camera& cam, float gu,
                             float gv, float gs2, float gz, float& gx, float& gy, float& gzo,
                             float& gr) {
@@ -155,52 +241,6 @@ SR_HD void project_backward(float x, float y, float z, float r, const Camera& ca
   gy = gv * cam.fy * iz;
   gzo = gz - (gu * cam.fx * x + gv * cam.fy * y) * iz * iz - gs2 * 2.0f * r * r * iz * iz * iz;
   gr = gs2 * 2.0f * r * iz * iz;
-}
-
-// The same gradients as alpha_backward followed by project_backward, folded into per-sphere
-// constants so that each pixel costs a few multiply-adds and no division (the CUDA backward
-// applies the chain rule per pixel and sums afterwards; the sums are linear, so the result is the
-// same up to float rounding). With t = dLda * a (= dL/dG * G; 0 where alpha is clamped):
-//   gu = t du ia, gv = t dv ic, gs2 = t (du^2 ha + dv^2 hc),  ha = (ia fx)^2 / 2, hc = (ic fy)^2 / 2
-//   d/dx = gu fx/z = (t du) kx,  d/dy = (t dv) ky,           kx = ia fx / z,    ky = ic fy / z
-//   d/dz = gz - (gu fx x + gv fy y) / z^2 - gs2 2 r^2 / z^3 = gz - (t du) zx - (t dv) zy - gs2 zs,
-//          zx = kx x / z, zy = ky y / z, zs = 2 r^2 / z^3
-//   d/dr = gs2 2 r / z^2 = gs2 rs,                          rs = 2 r / z^2
-struct ChainConsts {
-  float kx, ky, zx, zy, ha, hc, zs, rs;
-};
-
-SR_HD ChainConsts chain_consts(float x, float y, float z, float r, const Splat& s,
-                               const Camera& cam) {
-  const float iz = 1.0f / z;
-  ChainConsts k;
-  const float afx = s.ia * cam.fx, cfy = s.ic * cam.fy;
-  k.kx = afx * iz;
-  k.ky = cfy * iz;
-  k.zx = k.kx * x * iz;
-  k.zy = k.ky * y * iz;
-  k.ha = 0.5f * afx * afx;
-  k.hc = 0.5f * cfy * cfy;
-  k.rs = 2.0f * r * iz * iz;
-  k.zs = k.rs * r * iz;
-  return k;
-}
-
-// One pixel's contribution to the sphere's gradients (centre gx gy gz, radius gr, opacity go)
-// from dLda (unblend_step), a, G, du, dv (eval_alpha), opacity o and the direct depth gradient gz
-// (blend weight times the pixel's accumulated-depth gradient).
-SR_HD void pixel_gradients(float dLda, float a, float o, float G, float du, float dv, float gz,
-                           const ChainConsts& k, float& gx, float& gy, float& gzo, float& gr,
-                           float& go) {
-  const bool live = !(o * G > kAlphaMax);  // clamped alpha: no gradient through it
-  go = live ? dLda * G : 0.0f;
-  const float t = live ? dLda * a : 0.0f;
-  const float tu = t * du, tv = t * dv;
-  const float gs2 = t * (du * du * k.ha + dv * dv * k.hc);
-  gx = tu * k.kx;
-  gy = tv * k.ky;
-  gzo = gz - tu * k.zx - tv * k.zy - gs2 * k.zs;
-  gr = gs2 * k.rs;
 }
 
 // Depth sort key: the IEEE bits of a positive float sort like the float. Culled spheres get the

@@ -1,0 +1,51 @@
+// Host-side argument checks shared by the CPU (raster_cpu.cpp) and CUDA (raster_cuda.cu) modules,
+// which take the same arguments (see bind_cuda.cpp for the list).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "sphere_math.h"
+
+namespace sr {
+
+// A float32 contiguous input on the module's device; cols > 0: shape (N, cols).
+inline void check_input(const at::Tensor& t, const char* name, bool cuda, int64_t cols = 0) {
+  TORCH_CHECK(t.is_cuda() == cuda, name, cuda ? " must be a CUDA tensor" : " must be a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  if (cols > 0)
+    TORCH_CHECK(t.dim() == 2 && t.size(1) == cols, name, " must have shape (N, ", cols, ")");
+}
+
+// The output gradients as the kernels read them (strided; an empty tensor: no gradient, read as 0).
+inline GradImages grad_images(const at::Tensor& g_color, const at::Tensor& g_depth,
+                              const at::Tensor& g_alpha, int64_t width, int64_t height,
+                              bool cuda) {
+  auto ptr = [&](const at::Tensor& g, const char* name, bool rgb) -> const float* {
+    if (!g.defined() || g.numel() == 0) return nullptr;
+    TORCH_CHECK(g.is_cuda() == cuda && g.scalar_type() == at::kFloat, "gradient of ", name,
+                " must be float32 on the module's device");
+    TORCH_CHECK(rgb ? (g.dim() == 3 && g.size(0) == height && g.size(1) == width && g.size(2) == 3)
+                    : (g.dim() == 2 && g.size(0) == height && g.size(1) == width),
+                "gradient of ", name, " has the wrong shape");
+    return g.data_ptr<float>();
+  };
+  GradImages gi{ptr(g_color, "color", true), ptr(g_depth, "depth", false),
+                ptr(g_alpha, "alpha", false), 0, 0, 0, 0, 0, 0, 0};
+  if (gi.color != nullptr) {
+    gi.c_sy = g_color.stride(0);
+    gi.c_sx = g_color.stride(1);
+    gi.c_sc = g_color.stride(2);
+  }
+  if (gi.depth != nullptr) {
+    gi.d_sy = g_depth.stride(0);
+    gi.d_sx = g_depth.stride(1);
+  }
+  if (gi.alpha != nullptr) {
+    gi.a_sy = g_alpha.stride(0);
+    gi.a_sx = g_alpha.stride(1);
+  }
+  return gi;
+}
+
+}  // namespace sr
