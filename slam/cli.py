@@ -22,6 +22,7 @@ from slam.config import ConfigError, load_config
 from slam.data.frame import FrameError
 from slam.data.sources import open_source
 from slam.map.map_io import MapFormatError
+from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
 from slam.output.viewer import attach_viewer
@@ -110,6 +111,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
     run_dir = make_run_dir(cfg, args.out)
     handler = attach_log(run_dir)
+    # Written while the run goes, so that even kill -9 leaves a trajectory and the last autosaved map.
+    journal = RunJournal(run_dir)
+    system.frame_hooks.append(journal.hook)
+    autosaver = Autosaver(run_dir, cfg, system.result, source.stats)
+    system.keyframe_hooks.append(autosaver.hook)
     log.info("run folder %s, device %s, config %s", run_dir, system.device, args.config)
     try:
         total = len(source)
@@ -144,12 +150,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         progress.close()
         source.close()
+        journal.close()
+        autosaver.close()
         if viewer is not None:
             viewer.close()
     result = system.result()
     metrics = collect_metrics(result, source.stats, cfg.output.eval_images_every)
     if viewer is not None:
         metrics["viewer"] = viewer.stats()
+    metrics["autosave"] = autosaver.stats()
     write_outputs(run_dir, cfg, result, metrics)
     print(summary_text(metrics, run_dir))
     if metrics.get("relocalisation"):  # how the start pose on a saved map was found

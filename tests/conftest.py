@@ -43,6 +43,12 @@ class SampleRun:
         return system
 
     @staticmethod
+    def metrics(system) -> dict:
+        """metrics.json's content for a finished run (without the image metrics)."""
+        from slam.output.metrics import collect_metrics
+        return collect_metrics(system.result(), eval_images_every=None)
+
+    @staticmethod
     def ate_cm(system) -> float:
         from slam.output.metrics import trajectory_metrics
         frames, _, _ = system.recorder.snapshot()

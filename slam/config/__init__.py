@@ -4,8 +4,8 @@
 from slam.config.loading import (ConfigError, apply_overrides, config_from_dict, dump_config, load_config, load_raw,
                                  validate)
 from slam.config.schema import (Config, DataConfig, MapConfig, MappingConfig, OutputConfig, PrunerConfig, QualityConfig,
-                                RasterConfig, RelocaliseConfig, SystemConfig, TrackingConfig, ViewerConfig)
+                                RasterConfig, ReinitConfig, RelocaliseConfig, SystemConfig, TrackingConfig, ViewerConfig)
 
 __all__ = ["ConfigError", "apply_overrides", "config_from_dict", "dump_config", "load_config", "load_raw", "validate",
-           "Config", "DataConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig", "QualityConfig", "RasterConfig",
+           "Config", "DataConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig", "QualityConfig", "RasterConfig", "ReinitConfig",
            "RelocaliseConfig", "SystemConfig", "TrackingConfig", "ViewerConfig"]

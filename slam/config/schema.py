@@ -73,8 +73,20 @@ class QualityConfig:
     depth_noise_floor: float = 0.02   # m: a depth inlier is within floor + quad * z^2 of the render
     depth_noise_quad: float = 0.005   # 1/m: the quadratic (structured light / stereo) noise term
     color_tol: float = 0.1            # colour inlier: mean |error| after exposure, 0-1 intensity
-    min_depth_inliers: float = 0.5    # share of the covered pixels that must be depth inliers
-    min_color_inliers: float = 0.3    # share of the covered pixels that must be colour inliers
+    min_depth_inliers: float = 0.9    # share of the covered pixels that must be depth inliers
+    min_color_inliers: float = 0.7    # share of the covered pixels that must be colour inliers
+
+
+@dataclass
+class ReinitConfig:
+    """A coarse pose before the dense refinement when the motion prior is not trustworthy: after a
+    gap in the timestamps, a failed frame, or a large predicted motion (slam/tracking/reinit.py)."""
+
+    enabled: bool = True
+    gap_factor: float = 2.0           # a frame more than this x the usual interval after the last = gap
+    max_prior_shift: float = 0.05     # m: a motion prior predicting more than this is not trusted ...
+    max_prior_turn_deg: float = 3.0   # ... nor one turning more than this
+    keyframes: int = 2                # newest keyframes matched (ORB + PnP) for coarse poses
 
 
 @dataclass
@@ -152,6 +164,8 @@ class OutputConfig:
     mesh: bool = False              # TSDF mesh export (open3d)
     plots: bool = True
     eval_images_every: int = 1      # evaluate PSNR/SSIM on every n-th keyframe
+    autosave_every: int = 20        # save map, side file and partial metrics every N keyframes
+                                    # (atomically, for a run killed hard); 0 = only at the end
 
 
 @dataclass
@@ -177,6 +191,7 @@ class Config:
     raster: RasterConfig = field(default_factory=RasterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    reinit: ReinitConfig = field(default_factory=ReinitConfig)
     relocalise: RelocaliseConfig = field(default_factory=RelocaliseConfig)
     mapping: MappingConfig = field(default_factory=MappingConfig)
     map: MapConfig = field(default_factory=MapConfig)

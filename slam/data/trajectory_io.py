@@ -111,17 +111,27 @@ def read_tum_trajectory(path: str | Path) -> Tuple[np.ndarray, np.ndarray]:
     return stamps, poses
 
 
+TUM_COLUMNS = "# timestamp tx ty tz qx qy qz qw"
+
+
+def tum_line(timestamp: float, T_wc: np.ndarray) -> str:
+    """One TUM trajectory line (no newline) for a pose (4, 4) at ``timestamp`` s."""
+    return f"{timestamp:.6f} " + " ".join(f"{x:.9f}" for x in tum_from_pose(np.asarray(T_wc, dtype=np.float64)))
+
+
 def write_tum_trajectory(path: str | Path, timestamps: np.ndarray, poses: np.ndarray,
                          header: str | None = None) -> None:
-    """Write (N,) timestamps and (N, 4, 4) T_wc poses as a TUM trajectory file."""
+    """Write (N,) timestamps and (N, 4, 4) T_wc poses as a TUM trajectory file, atomically (a
+    temporary file renamed over ``path``: a reader never sees half of it)."""
     timestamps = np.asarray(timestamps, dtype=np.float64).reshape(-1)
     poses = np.asarray(poses, dtype=np.float64)
     if poses.ndim != 3 or poses.shape[1:] != (4, 4) or len(poses) != len(timestamps):
         raise ValueError(f"need (N,) timestamps and (N, 4, 4) poses, got {timestamps.shape} and {poses.shape}")
     lines = [f"# {header}"] if header else []
-    lines.append("# timestamp tx ty tz qx qy qz qw")
-    for t, T in zip(timestamps, poses):
-        v = tum_from_pose(T)
-        lines.append(f"{t:.6f} " + " ".join(f"{x:.9f}" for x in v))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("\n".join(lines) + "\n")
+    lines.append(TUM_COLUMNS)
+    lines += [tum_line(t, T) for t, T in zip(timestamps, poses)]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)

@@ -69,6 +69,18 @@ def _reasons(frames: list) -> dict:
     return out
 
 
+def _reinit_summary(frames: list) -> dict:
+    """Frames whose motion prior was not trusted and the coarse-pose search's cost (its budget)."""
+    hit = [f for f in frames if f.reinit]
+    kinds: dict = {}
+    for f in hit:
+        kind = f.reinit.split(" (")[0].split(" of ")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    ms = [f.reinit_ms for f in hit]
+    return {"frames": len(hit), "reasons": kinds, "ms_total": float(sum(ms)),
+            "ms_mean": float(np.mean(ms)) if ms else None}
+
+
 def _quality_summary(frames: list) -> Optional[dict]:
     """Median of each quality figure over the tracked frames (per frame: frames.csv)."""
     qs = [f.quality for f in frames if f.quality is not None]
@@ -111,6 +123,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
         "failure_reasons": _reasons(frames),
+        "reinit": _reinit_summary(frames),
         "quality": _quality_summary(frames),
         "spheres": result.spheres,
         "sphere_budget": result.sphere_budget,

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from slam.eval.failures import silent_failures
 from slam.eval.trajectory import umeyama_se3
 
 
 def trajectory_errors(frames: list) -> dict | None:
     """Aligned positions and per-frame translation errors of the frames with ground truth, or
     None when fewer than 2 frames have it. Keys: t (N,) s from the first, est/gt (N, 3) m,
-    err (N,) m, rmse m."""
+    err (N,) m, rmse m, index (N,) frame indices, ok (N,) bool reported ok."""
     sel = [f for f in frames if f.gt_pose is not None and np.all(np.isfinite(f.gt_pose)) and np.all(np.isfinite(f.T_wc))]
     if len(sel) < 2:
         return None
@@ -27,7 +28,8 @@ def trajectory_errors(frames: list) -> dict | None:
     est_a = est @ T[:3, :3].T + T[:3, 3]
     err = np.linalg.norm(est_a - gt, axis=1)
     t = np.array([f.timestamp for f in sel], dtype=np.float64)
-    return {"t": t - t[0], "est": est_a, "gt": gt, "err": err, "rmse": float(np.sqrt(np.mean(err ** 2)))}
+    return {"t": t - t[0], "est": est_a, "gt": gt, "err": err, "rmse": float(np.sqrt(np.mean(err ** 2))),
+            "index": np.array([f.index for f in sel]), "ok": np.array([bool(f.ok) for f in sel])}
 
 
 def _canvas(w: float = 6.0, h: float = 5.0):
@@ -68,6 +70,14 @@ def write_plots(run_dir: str | Path, frames: list) -> list[Path]:
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(e["t"], e["err"] * 100, color="tab:red", lw=1.2, label="translation error")
     ax.axhline(e["rmse"] * 100, color="k", ls=":", lw=1, label=f"RMSE {e['rmse'] * 100:.2f} cm")
+    lost = ~e["ok"]
+    if lost.any():
+        ax.plot(e["t"][lost], e["err"][lost] * 100, "|", color="tab:gray", ms=10, label=f"reported lost ({lost.sum()})")
+    silent = silent_failures(frames)
+    if silent and silent["count"]:
+        hit = np.isin(e["index"], silent["frames"])
+        ax.plot(e["t"][hit], e["err"][hit] * 100, "x", color="k", ms=7, mew=2,
+                label=f"silent failures ({silent['count']})")
     ax.set_xlabel("time since first frame [s]")
     ax.set_ylabel("error [cm]")
     ax.set_ylim(bottom=0)

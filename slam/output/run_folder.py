@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
-import math
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from slam.config import Config, dump_config
+from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
 from slam.map.map_io import keyframes_path, save_keyframes, save_map
+from slam.output.journal import TRAJECTORY_HEADER, write_frames_csv, write_json_atomic
 from slam.output.mesh import write_mesh
 from slam.output.plots import write_plots
 from slam.runtime.result import RunResult
@@ -49,7 +49,8 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
     dump_config(cfg, run_dir / "config.yaml")
     if frames:
         write_tum_trajectory(run_dir / "trajectory.txt", np.array([f.timestamp for f in frames]),
-                             np.stack([f.T_wc for f in frames]), header="estimated camera-to-world poses, all frames")
+                             np.stack([f.T_wc for f in frames]), header=TRAJECTORY_HEADER)
+        write_frames_csv(run_dir / "frames.csv", frames)
     kfs = [f for f in frames if f.keyframe]
     if kfs:
         write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
@@ -59,7 +60,7 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
         save_map(run_dir / "map.ply", rows)
     # The keyframe side file, plots, mesh: each guarded, never lose the outputs above.
     _write_extras(run_dir, cfg, result, frames)
-    (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+    write_json_atomic(run_dir / "metrics.json", metrics)
 
 
 def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
@@ -81,18 +82,6 @@ def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -
             log.error("could not write the %s: %s: %s", what, type(exc).__name__, exc)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return None if not math.isfinite(float(x)) else float(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    return x
-
-
 def summary_text(metrics: dict, run_dir: Path) -> str:
     """A one-screen summary of a run."""
     def f(v, fmt="{:.3f}"):
@@ -112,6 +101,11 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
         f"map               {metrics.get('spheres')} spheres, {f(metrics.get('map_mb'), '{:.1f}')} MB",
         f"memory            peak GPU {f(metrics.get('peak_gpu_mb'), '{:.0f}')} MB, "
         f"peak process {f(metrics.get('peak_rss_mb'), '{:.0f}')} MB",
-        f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries",
+        f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries, "
+        f"{(metrics.get('reinit') or {}).get('frames', 0)} re-initialised after gaps",
     ]
+    silent = metrics.get("silent_failures")
+    if silent is not None:
+        lines.append(f"silent failures   {silent['count']} of {silent['checked']} frames reported ok "
+                     f"(motion off ground truth by > {MAX_SHIFT_M * 100:.0f} cm / {MAX_TURN_DEG:.0f} deg){': ' + str(silent['frames'][:10]) if silent['count'] else ''}")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from slam.data.frame import SourceStats
 from slam.data.ros_convert import stamp_ns
 from slam.map.map_io import save_map
 from slam.map.sphere_map import logit
+from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
 from slam.ros import out_data
@@ -73,6 +74,10 @@ class SlamBridge:
         self.system.frame_hooks.append(self._on_tracked)
         self.run_dir = make_run_dir(cfg, params.out or None)
         self._log_handler = attach_log(self.run_dir)
+        self.journal = RunJournal(self.run_dir)       # survives kill -9: see slam/output/journal.py
+        self.system.frame_hooks.append(self.journal.hook)
+        self.autosaver = Autosaver(self.run_dir, cfg, self.system.result, self.source.stats)
+        self.system.keyframe_hooks.append(self.autosaver.hook)
         self.camera_frame = params.camera_frame or ""
         self.drops: dict = {}
         self.published = 0
@@ -130,11 +135,14 @@ class SlamBridge:
             if self._extras is not None:
                 self._extras.join(10.0)
             stats = self.input_stats()
+            self.journal.close()
+            self.autosaver.close()
             result = self.system.result()
             metrics = collect_metrics(result, stats, self.cfg.output.eval_images_every)
             metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
                                     "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
                                     "published_odometry": self.published}
+            metrics["autosave"] = self.autosaver.stats()
             write_outputs(self.run_dir, self.cfg, result, metrics)
             log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
             print(summary_text(metrics, self.run_dir), flush=True)

@@ -18,7 +18,8 @@ class FrameRecord:
     """One tracked frame: its pose (T_wc (4, 4) float64, camera-to-world) and ground truth if known,
     whether tracking passed (``ok``) and needed a recovery or relocalisation (``recovered``), the
     final residual, the tracking time (ms), whether it became a keyframe, the quality evidence
-    (``slam.tracking.quality.TrackQuality``, None where not tracked) and why it failed."""
+    (``slam.tracking.quality.TrackQuality``, None where not tracked), why it failed, and whether
+    (why, at what cost) it was re-initialised from coarse poses."""
 
     index: int
     timestamp: float
@@ -31,6 +32,8 @@ class FrameRecord:
     keyframe: bool
     quality: Optional[object] = None
     reason: Optional[str] = None
+    reinit: Optional[str] = None     # why coarse poses were searched (an untrusted motion prior)
+    reinit_ms: float = 0.0
 
     @property
     def status(self) -> str:

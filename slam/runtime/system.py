@@ -27,7 +27,7 @@ from slam.map.map_io import load_saved_map
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
 from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
-from slam.mapping.mapper import Mapper
+from slam.mapping.mapper import Mapper, MappingReport
 from slam.observation import Observation
 from slam.runtime.device import prepare_device, resolve_device
 from slam.runtime.recorder import FrameRecord, RunRecorder, current_rss_mb, gpu_memory_sample
@@ -38,12 +38,15 @@ from slam.tracking.frontend import TrackingFrontend
 log = logging.getLogger("slam.system")
 
 FrameHook = Callable[[Frame, FrameRecord, Optional[MapSnapshot]], None]
+KeyframeHook = Callable[[MappingReport], None]
 
 
 class SlamSystem:
     """Build from a ``Config``; optionally ``use_saved_map``; call ``run(frames)``; read
     ``result()``. ``frame_hooks`` are called on the tracking thread after every frame with
-    (frame, its record, the snapshot it was tracked against); they must not block."""
+    (frame, its record, the snapshot it was tracked against); ``keyframe_hooks`` on the mapping
+    thread after every mapped keyframe with its ``MappingReport`` (they may read ``result()``:
+    the mapping thread owns the map). Hooks must not block for long."""
 
     def __init__(self, cfg: Config, device: Optional[torch.device] = None) -> None:
         self.cfg = cfg
@@ -60,6 +63,7 @@ class SlamSystem:
         self.mapper = Mapper(cfg.mapping, cfg.pruner, self.smap, self.store, backend, seed=cfg.system.seed)
         self.recorder = RunRecorder()
         self.frame_hooks: list[FrameHook] = []
+        self.keyframe_hooks: list[KeyframeHook] = []
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
         self._saved_keyframes: list = []    # localize: the saved map's keyframes, written back as they were
 
@@ -104,12 +108,12 @@ class SlamSystem:
         t0 = time.perf_counter()
         obs = self.observation(frame)
         snap = self.smap.latest()
-        res = self.frontend.process(obs, snap, frame.index, frame.gt_pose)
+        res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
         # On a saved map only verified poses make keyframes (localize: of the local layer).
         is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(res.T_wc, res.ok)
         ms = (time.perf_counter() - t0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, res.T_wc, frame.gt_pose, res.ok, res.recovered, res.loss,
-                          ms, is_kf, res.quality, res.reason)
+                          ms, is_kf, res.quality, res.reason, res.reinit, res.reinit_ms)
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
@@ -121,6 +125,8 @@ class SlamSystem:
         report = self.mapper.add_keyframe(kf)
         self.recorder.add_mapping(report, current_rss_mb(), self.store.nbytes() / 1e6,
                                   gpu_memory_sample(self.device))
+        for hook in self.keyframe_hooks:
+            hook(report)
 
     def finish_map(self) -> None:
         """End of input: the final refinement over all keyframes (not on Ctrl-C or errors; never

@@ -2,6 +2,9 @@
 tracked against the latest map snapshot, a saved map verifies the tracked pose, and a lost
 camera is relocalised. One ``LostPolicy`` decides when the camera is lost in every mode:
 
+- every tracked frame: when the motion prior is not trusted (a gap in the timestamps, a failed
+  previous frame, a large predicted motion), coarse poses from features join the prior as
+  starting points (``slam.tracking.reinit``);
 - SLAM: after ``relocalise.after_failures`` consecutive tracking failures, each later failed
   frame (paced by the retry schedule) relocalises against the keyframes mapped so far.
 - saved map (``use_saved_map``): the start pose is unknown, so frames are only relocalised
@@ -21,6 +24,7 @@ from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.lost import LostPolicy
+from slam.tracking.reinit import Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
 from slam.tracking.tracker import Tracker, TrackResult
 
@@ -40,8 +44,10 @@ class TrackingFrontend:
         self.keyframes = keyframes
         self.tracker = Tracker(cfg.tracking, cfg.quality, self.backend)
         self.policy = LostPolicy(cfg.relocalise.after_failures, cfg.relocalise.max_skip)
+        self.reinit = Reinitialiser(cfg.reinit)
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
+        self._last_ok = True
 
     def use_saved_map(self, keyframes: list[Keyframe]) -> None:
         """Localise in a saved map made from ``keyframes``: the start pose is unknown until a
@@ -49,11 +55,20 @@ class TrackingFrontend:
         self.saved_map = self._relocaliser(keyframes)
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
 
-    def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int,
+    def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
                 gt_pose: Optional[np.ndarray] = None) -> TrackResult:
-        """The pose of frame ``index`` (``obs`` at the tracking resolution) against ``snap``
-        (None before the first keyframe is mapped: this frame then defines the world, at its
-        ground-truth pose when known)."""
+        """The pose of frame ``index`` (``obs`` at the tracking resolution, ``timestamp`` s)
+        against ``snap`` (None before the first keyframe is mapped: this frame then defines the
+        world, at its ground-truth pose when known)."""
+        res = self._process(obs, snap, index, timestamp, gt_pose)
+        self._last_ok = res.ok
+        return res
+
+    def _process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
+                 gt_pose: Optional[np.ndarray]) -> TrackResult:
+        prior = self.tracker.guess() if self.tracker.prev is not None else None
+        last = self.tracker.last_good if prior is not None else None
+        why = self.reinit.untrusted(timestamp, prior, last, self._last_ok)
         if snap is None:
             T_wc = gt_pose.copy() if gt_pose is not None else np.eye(4)
             self.tracker.initialise(T_wc)
@@ -63,7 +78,7 @@ class TrackingFrontend:
                 return self._relocalise_in_saved_map(obs, snap, index)
             # Lost and backing off before the next attempt: report the last pose, not tracked.
             return TrackResult(self.tracker.last_good_or_identity(), float("inf"), 0.0, False, False, 0)
-        res = self.tracker.track(obs, snap)
+        res = self._track(obs, snap, why)
         if self.saved_map is not None:
             res.ok = res.ok and self.saved_map.verify(obs, snap, res.T_wc)
             if self.policy.record(res.ok):
@@ -80,6 +95,15 @@ class TrackingFrontend:
         if not self.policy.should_try():
             return res
         return self._relocalise_lost(obs, snap, index, keyframes, res)
+
+    def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str]) -> TrackResult:
+        """The tracker's estimate; with coarse starting poses when the prior is ``untrusted``."""
+        if untrusted is None:
+            return self.tracker.track(obs, snap)
+        ms0 = self.reinit.ms
+        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()))
+        res.reinit, res.reinit_ms = untrusted, self.reinit.ms - ms0
+        return res
 
     @property
     def failures(self) -> int:

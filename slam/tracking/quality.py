@@ -34,9 +34,9 @@ NAN = float("nan")
 class TrackQuality:
     """Per-frame tracking evidence at the final pose (fractions in [0, 1]; see module doc)."""
 
-    known: float = 0.0
-    depth_inliers: float = 0.0
-    color_inliers: float = 0.0
+    known: float = NAN
+    depth_inliers: float = NAN
+    color_inliers: float = NAN
     conditioning: float = NAN
     prior_shift_m: float = NAN
     prior_turn_deg: float = NAN
@@ -73,10 +73,10 @@ def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig) ->
     """None when the frame passes, else why it fails as 'kind: details' (for logs and metrics)."""
     if not math.isfinite(loss):
         return "no residual: nothing of the map in view"
-    if q.known < min_known:
+    if not q.known >= min_known:      # NaN (not measured) fails too
         return f"coverage: the map covers {q.known:.0%} of the valid depth (< {min_known:.0%})"
-    if q.depth_inliers < cfg.min_depth_inliers:
+    if not q.depth_inliers >= cfg.min_depth_inliers:
         return f"depth inliers: {q.depth_inliers:.0%} (< {cfg.min_depth_inliers:.0%})"
-    if q.color_inliers < cfg.min_color_inliers:
+    if not q.color_inliers >= cfg.min_color_inliers:
         return f"colour inliers: {q.color_inliers:.0%} (< {cfg.min_color_inliers:.0%})"
     return None

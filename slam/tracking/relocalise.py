@@ -28,25 +28,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import cv2
 import numpy as np
 import torch
 
 from slam.config import QualityConfig, RelocaliseConfig, TrackingConfig
-from slam.geometry import invert, orthonormalize
+from slam.geometry import orthonormalize
 from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
+from slam.tracking.features import orb_features, pnp_pose
 from slam.tracking.tracker import Tracker
 
-# ORB + PnP settings. Fixed, not tuning values: they make feature matching work on small images
-# (ORB needs about VGA width, so smaller images are upsampled) and RANSAC robust; the relocaliser's
-# tuning values (how many candidates, when to accept) are in ``RelocaliseConfig``.
-ORB_FEATURES = 1500
-ORB_WIDTH = 640.0            # px: images narrower than this are upsampled before ORB
-PNP_MIN_INLIERS = 12
-PNP_ITERATIONS = 300
-PNP_CONFIDENCE = 0.999
 # Verification renders at most this wide (px): agreement is a coverage statistic, not a detail one.
 VERIFY_WIDTH = 160
 
@@ -86,50 +78,6 @@ def _perturbations(shift: float, angle_deg: float) -> list[np.ndarray]:
             d[i, i], d[i, j], d[j, i], d[j, j] = c, -si, si, c
             out.append(d)
     return out
-
-
-def pnp_pose(color: np.ndarray, K: np.ndarray, kf: Keyframe, min_inliers: int = PNP_MIN_INLIERS) -> Optional[tuple[np.ndarray, int]]:
-    """(T_wc (4, 4), RANSAC inlier count) of an image (``color`` (H, W, 3) uint8, intrinsics
-    ``K``) from ORB matches against keyframe ``kf`` lifted to 3D with its depth and pose (PnP +
-    RANSAC); None if too few consistent matches."""
-    scale = max(1.0, ORB_WIDTH / color.shape[1])   # ORB needs some pixels: upsample small images
-
-    def features(img):
-        g = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
-        if scale > 1:
-            g = cv2.resize(g, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
-        return cv2.ORB_create(nfeatures=ORB_FEATURES).detectAndCompute(g, None)
-
-    kq, dq = features(color)
-    kk, dk = features(kf.color)
-    if dq is None or dk is None or len(kq) < min_inliers or len(kk) < min_inliers:
-        return None
-    matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(dk, dq)
-    h, w = kf.depth.shape
-    obj, img = [], []
-    for m in matches:
-        u, v = (np.asarray(kk[m.queryIdx].pt) + 0.5) / scale - 0.5   # back to keyframe pixels (centres)
-        ui, vi = int(round(u)), int(round(v))
-        if not (0 <= ui < w and 0 <= vi < h):
-            continue
-        z = float(kf.depth[vi, ui])
-        if not (z > 0 and math.isfinite(z)):
-            continue
-        p_c = np.array([(u - kf.K[0, 2]) / kf.K[0, 0] * z, (v - kf.K[1, 2]) / kf.K[1, 1] * z, z])
-        obj.append(kf.T_wc[:3, :3] @ p_c + kf.T_wc[:3, 3])
-        img.append((np.asarray(kq[m.trainIdx].pt) + 0.5) / scale - 0.5)
-    if len(obj) < min_inliers:
-        return None
-    ok, rvec, tvec, inl = cv2.solvePnPRansac(np.asarray(obj, np.float64), np.asarray(img, np.float64),
-                                             np.asarray(K, np.float64), None, iterationsCount=PNP_ITERATIONS,
-                                             reprojectionError=max(1.5, 3.0 * color.shape[1] / ORB_WIDTH),
-                                             confidence=PNP_CONFIDENCE)
-    if not ok or inl is None or len(inl) < min_inliers:
-        return None
-    T_cw = np.eye(4)
-    T_cw[:3, :3] = cv2.Rodrigues(rvec)[0]
-    T_cw[:3, 3] = tvec.ravel()
-    return orthonormalize(invert(T_cw)), int(len(inl))
 
 
 class Relocaliser:
@@ -175,10 +123,10 @@ class Relocaliser:
         # scores worse than a wrong pose looking at a well-mapped wall).
         n_scored = len(cands) + len(self.poses)
         if self.cfg.use_features:
-            color_u8 = (obs.color * 255).round().to(torch.uint8).cpu().numpy()
+            query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
             pnp = []
             for i in ranked[: self.cfg.pnp_k]:
-                found = pnp_pose(color_u8, obs.K.cpu().numpy(), self.keyframes[i])
+                found = pnp_pose(query, obs.K.cpu().numpy(), self.keyframes[i], orb_features(self.keyframes[i].color))
                 if found is not None:
                     pnp.append((-float(found[1]), found[0], i))
             pnp.sort(key=lambda c: c[0])

@@ -52,13 +52,20 @@ MIN_DAMPING = 1e-6
 MIN_DIAGONAL = 1e-9
 
 
+def _rank(r: "TrackResult") -> tuple:
+    """Order of preference between refined poses of one frame: passing the quality test, then
+    more depth inliers, then more colour inliers, then a lower residual."""
+    return (r.reason is None, r.quality.depth_inliers, r.quality.color_inliers, -r.loss)
+
+
 @dataclass
 class TrackResult:
     """T_wc: (4, 4) float64 estimated camera-to-world pose; loss: final residual (L1 colour +
     depth_weight * L1 depth per known pixel); known_fraction: share of valid-depth pixels the map
     explains; ok: passed the checks; recovered: needed (and passed) a recovery attempt, or was
     relocalised after being lost; iters: LM iterations run in all; quality: the evidence the
-    checks judged; reason: why the frame failed (None when ok)."""
+    checks judged; reason: why the frame failed (None when ok); reinit: why the motion prior was
+    not trusted (coarse poses were searched, taking reinit_ms), or None."""
 
     T_wc: np.ndarray
     loss: float
@@ -68,6 +75,8 @@ class TrackResult:
     iters: int
     quality: TrackQuality = field(default_factory=TrackQuality)
     reason: Optional[str] = None
+    reinit: Optional[str] = None
+    reinit_ms: float = 0.0
 
 
 class Tracker:
@@ -98,13 +107,21 @@ class Tracker:
         """The constant-velocity prediction for the next frame."""
         return constant_velocity_guess(self.prev2, self.prev)
 
-    def track(self, obs: Observation, snapshot: MapSnapshot) -> TrackResult:
+    def track(self, obs: Observation, snapshot: MapSnapshot, coarse: Optional[list[np.ndarray]] = None) -> TrackResult:
         """Estimate the pose of ``obs`` (at the tracking resolution) against ``snapshot``; updates
-        the motion history."""
+        the motion history. ``coarse``: given when the motion prior is not trusted (after a gap):
+        extra starting poses T_wc (4, 4); every start is then refined with ``recovery_iters`` and
+        the result the quality test likes best is kept."""
         levels = lm.pyramid(obs, self.cfg.pyramid_levels)
         prior = self.guess()
-        result = self._optimise(levels, snapshot, prior, self.cfg.iters)
+        iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
+        result = self._optimise(levels, snapshot, prior, iters)
         result.reason = self._failure(result)
+        for start in coarse or ():
+            cand = self._optimise(levels, snapshot, start, iters)
+            cand.reason = self._failure(cand)
+            if _rank(cand) > _rank(result):
+                result = cand
         if result.reason is not None:
             start = self.last_good if self.last_good is not None else prior
             retry = self._optimise(levels, snapshot, start, self.cfg.recovery_iters)

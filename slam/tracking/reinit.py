@@ -1,0 +1,91 @@
+"""Re-initialisation across gaps: when the motion prior cannot be trusted, coarse poses from ORB
+features matched against the newest keyframes (PnP + RANSAC on their depth) join the prior as
+starting points of the dense refinement; the tracker keeps the start whose refined pose the
+quality test likes best.
+
+The prior is not trusted after a gap in the timestamps (a frame later than ``gap_factor`` x the
+usual interval: dropped frames), after a failed frame, or when it predicts a large motion (the
+dense refinement's basin of convergence is a few centimetres and degrees). PnP was chosen over a
+coarse ICP on depth because it needs no initial guess at all, its cost does not grow with the
+motion, and it already serves relocalisation; features of keyframes are cached, so a gap frame
+pays one ORB extraction and a few matches.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from typing import Optional
+
+import numpy as np
+import torch
+
+from slam.config import ReinitConfig
+from slam.geometry import relative_motion
+from slam.mapping.keyframes import Keyframe
+from slam.observation import Observation
+from slam.tracking.features import OrbFeatures, orb_features, pnp_pose
+
+INTERVAL_HISTORY = 30     # frame intervals whose median is "the usual interval"
+FEATURE_CACHE = 16        # keyframes whose ORB features are kept
+
+
+class Reinitialiser:
+    """Decides when the prior is untrusted and proposes coarse poses; owned by the tracking thread.
+    ``attempts``/``ms`` count the coarse-pose searches and their time (metrics)."""
+
+    def __init__(self, cfg: ReinitConfig) -> None:
+        self.cfg = cfg
+        self._intervals: deque = deque(maxlen=INTERVAL_HISTORY)
+        self._last_stamp: Optional[float] = None
+        self._features: OrderedDict = OrderedDict()   # keyframe frame index -> OrbFeatures
+        self.attempts = 0
+        self.ms = 0.0
+
+    def untrusted(self, timestamp: float, prior: np.ndarray, last: Optional[np.ndarray],
+                  last_ok: bool) -> Optional[str]:
+        """Why the motion prior ``prior`` (4, 4) for the frame at ``timestamp`` (s) is not to be
+        trusted, or None. ``last``: the previous pose estimate; ``last_ok``: whether it passed."""
+        gap = None
+        if self._last_stamp is not None:
+            dt = timestamp - self._last_stamp
+            if self._intervals and dt > self.cfg.gap_factor * float(np.median(self._intervals)):
+                gap = dt
+            if dt > 0:
+                self._intervals.append(dt)
+        self._last_stamp = timestamp
+        if not self.cfg.enabled or last is None:
+            return None
+        if gap is not None:
+            return f"gap of {gap * 1e3:.0f} ms"
+        if not last_ok:
+            return "previous frame failed"
+        shift, turn = relative_motion(last, prior)
+        if shift > self.cfg.max_prior_shift or math.degrees(turn) > self.cfg.max_prior_turn_deg:
+            return f"large predicted motion ({shift * 100:.1f} cm, {math.degrees(turn):.1f} deg)"
+        return None
+
+    def coarse_poses(self, obs: Observation, keyframes: list[Keyframe]) -> list[np.ndarray]:
+        """T_wc (4, 4) candidates for ``obs`` (tracking resolution) from PnP against the newest
+        ``reinit.keyframes`` keyframes, most RANSAC inliers first."""
+        t0 = time.perf_counter()
+        self.attempts += 1
+        found = []
+        if keyframes and self.cfg.keyframes > 0:
+            query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
+            K = obs.K.numpy()
+            for kf in keyframes[-self.cfg.keyframes:]:
+                res = pnp_pose(query, K, kf, self._keyframe_features(kf))
+                if res is not None:
+                    found.append(res)
+        found.sort(key=lambda r: -r[1])
+        self.ms += (time.perf_counter() - t0) * 1e3
+        return [T for T, _ in found]
+
+    def _keyframe_features(self, kf: Keyframe) -> OrbFeatures:
+        feats = self._features.get(kf.frame_index)
+        if feats is None:
+            feats = self._features[kf.frame_index] = orb_features(kf.color)
+            while len(self._features) > FEATURE_CACHE:
+                self._features.popitem(last=False)
+        return feats
