@@ -236,6 +236,10 @@ def test_live_frames_odometry_tf_cloud_and_ate(ros, offline_bag_run, capsys):
     assert len(odom) == N_FRAMES and rec["timeouts"] == 0
     np.testing.assert_allclose([o[0] for o in odom], stamps, atol=1e-6)
     assert {(o[1], o[2]) for o in odom} == {("odom", "camera_color_optical_frame")}
+    # a tracking status with every pose: "<ok|recovered|lost> <stamp_ns>[ reason]"
+    status = [s.split(" ", 2) for s in rec["status"]]
+    assert len(status) == N_FRAMES and all(s[0] in ("ok", "recovered", "lost") for s in status)
+    np.testing.assert_allclose([int(s[1]) * 1e-9 for s in status], stamps, atol=1e-6)
     # TF (REP-105): map -> odom and odom -> camera for every frame
     for parent, child in (("map", "odom"), ("odom", "camera_color_optical_frame")):
         got = sorted(t[0] for t in rec["tf"] if (t[1], t[2]) == (parent, child))

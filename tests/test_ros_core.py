@@ -323,6 +323,8 @@ def test_messages_serialise_and_read_back(flavour):
     im = _roundtrip(flavour, make.image(out_data.ImageData(ns, "cam", px)))
     assert (im.encoding, im.width, im.height, im.step) == ("rgb8", 5, 4, 15)
     np.testing.assert_array_equal(np.frombuffer(bytes(im.data), np.uint8).reshape(4, 5, 3), px)
+    st = _roundtrip(flavour, make.status(out_data.StatusData(ns, "lost", "depth inliers: 40% (< 90%)")))
+    assert st.data == f"lost {ns} depth inliers: 40% (< 90%)"
 
 
 # --------------------------------------------------------------------------- parameters
@@ -374,9 +376,10 @@ def test_nothing_in_slam_imports_the_ros_package():
 # --------------------------------------------------------------------------- the bridge, end to end
 class FakeSink:
     def __init__(self):
-        self.odom, self.tf, self.clouds, self.images = [], [], [], []
+        self.odom, self.tf, self.clouds, self.images, self.status = [], [], [], [], []
 
     def publish_odometry(self, d): self.odom.append(d)
+    def publish_status(self, d): self.status.append(d)
     def publish_transforms(self, items): self.tf.extend(items)
     def publish_cloud(self, d): self.clouds.append(d)
     def publish_image(self, d): self.images.append(d)
@@ -430,6 +433,9 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     assert bridge.shutdown() is metrics and bridge.error is None
     stamps = [int(round(f.timestamp * 1e6)) * 1000 for f in frames[1:]]
     assert [o.stamp_ns for o in sink.odom] == stamps
+    assert [st.stamp_ns for st in sink.status] == stamps    # a tracking status with every pose
+    assert all(st.status in ("ok", "recovered", "lost") for st in sink.status)
+    assert sink.status[0].text.startswith(sink.status[0].status + " ")
     assert {(t.parent, t.child) for t in sink.tf} == {("map", "odom"), ("odom", "camera_color_optical_frame")}
     assert sink.clouds[-1].width > 100 and sink.images[-1].pixels.shape == (120, 160, 3)
     assert sink.images[-1].pixels.mean() > 10   # the map is visible from the current pose

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from slam.ros.out_data import CloudData, ImageData, OdometryData, PoseData, TransformData
+from slam.ros.out_data import CloudData, ImageData, OdometryData, PoseData, StatusData, TransformData
 
 
 @dataclass
@@ -60,7 +60,8 @@ def rosbags_flavour(typestore, ros1: bool) -> Flavour:
 
 
 class MessageFactory:
-    """Builds Header, Odometry, TransformStamped, TFMessage, PointCloud2 and Image messages."""
+    """Builds Header, Odometry, TransformStamped, TFMessage, PointCloud2, Image and String (status)
+    messages."""
 
     def __init__(self, flavour: Flavour) -> None:
         self.f = flavour
@@ -90,6 +91,9 @@ class MessageFactory:
             twist=c("geometry_msgs/msg/Twist")(linear=self._vec(), angular=self._vec()), covariance=self.f.f64([0.0] * 36))
         return c("nav_msgs/msg/Odometry")(header=self.header(d.stamp_ns, d.frame), child_frame_id=d.child,
                                           pose=pose, twist=twist)
+
+    def status(self, d: StatusData):
+        return self.f.cls("std_msgs/msg/String")(data=d.text)
 
     def transform(self, d: TransformData):
         c = self.f.cls

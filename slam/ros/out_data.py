@@ -59,6 +59,21 @@ class OdometryData:
 
 
 @dataclass(frozen=True)
+class StatusData:
+    """Tracking status of the pose published at ``stamp_ns``: 'ok', 'recovered' (ok after a
+    recovery or relocalisation) or 'lost' (the pose is the best estimate, not to be trusted), and
+    why it was lost. Published as std_msgs/String ``"<status> <stamp_ns>[ <reason>]"``."""
+
+    stamp_ns: int
+    status: str
+    reason: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.status} {self.stamp_ns}" + (f" {self.reason}" if self.reason else "")
+
+
+@dataclass(frozen=True)
 class CloudData:
     """sensor_msgs/PointCloud2 content: unorganised (height 1), fields x y z rgb (float32),
     ``data`` little-endian, point_step 16; rgb is 0x00RRGGBB packed in a float32 (PCL/RViz)."""

@@ -53,10 +53,12 @@ class Ros1Sink:
         import tf2_ros
         from nav_msgs.msg import Odometry
         from sensor_msgs.msg import Image, PointCloud2
+        from std_msgs.msg import String
 
         self.rospy = rospy
         self.make = MessageFactory(rospy_flavour())
         self.odom_pub = rospy.Publisher("~odom", Odometry, queue_size=50)
+        self.status_pub = rospy.Publisher("~tracking_status", String, queue_size=50)
         self.cloud_pub = rospy.Publisher("~cloud", PointCloud2, queue_size=1, latch=True)
         self.image_pub = rospy.Publisher("~rendered", Image, queue_size=1)
         self.tf = tf2_ros.TransformBroadcaster()
@@ -67,6 +69,9 @@ class Ros1Sink:
 
     def publish_odometry(self, d) -> None:
         self.odom_pub.publish(self.make.odometry(d))
+
+    def publish_status(self, d) -> None:
+        self.status_pub.publish(self.make.status(d))
 
     def publish_transforms(self, items) -> None:
         self.tf.sendTransform([self.make.transform(d) for d in items])

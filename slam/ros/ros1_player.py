@@ -73,11 +73,13 @@ class Recorder:
     def __init__(self, rospy, node: str) -> None:
         from nav_msgs.msg import Odometry
         from sensor_msgs.msg import Image, PointCloud2
+        from std_msgs.msg import String
         from tf2_msgs.msg import TFMessage
 
         self.lock = threading.Condition()
-        self.odom, self.tf, self.clouds, self.images = [], [], [], []
+        self.odom, self.tf, self.clouds, self.images, self.status = [], [], [], [], []
         self.subs = [rospy.Subscriber(f"{node}/odom", Odometry, self._on_odom, queue_size=1000),
+                     rospy.Subscriber(f"{node}/tracking_status", String, self._on_status, queue_size=1000),
                      rospy.Subscriber("/tf", TFMessage, self._on_tf, queue_size=1000),
                      rospy.Subscriber(f"{node}/cloud", PointCloud2, self._on_cloud, queue_size=10),
                      rospy.Subscriber(f"{node}/rendered", Image, self._on_image, queue_size=10)]
@@ -92,6 +94,10 @@ class Recorder:
             self.odom.append([self._t(m.header.stamp), m.header.frame_id, m.child_frame_id,
                               p.x, p.y, p.z, q.x, q.y, q.z, q.w])
             self.lock.notify_all()
+
+    def _on_status(self, m) -> None:
+        with self.lock:
+            self.status.append(m.data)
 
     def _on_tf(self, m) -> None:
         with self.lock:
@@ -183,7 +189,7 @@ def main(argv=None) -> int:
     time.sleep(0.3)   # the last TF messages
     with rec.lock:
         out = {"published_pairs": pairs, "timeouts": timeouts, "seconds": time.monotonic() - t_start,
-               "odometry": rec.odom, "tf": rec.tf, "clouds": rec.clouds, "images": rec.images}
+               "odometry": rec.odom, "status": rec.status, "tf": rec.tf, "clouds": rec.clouds, "images": rec.images}
     Path(args.record).write_text(json.dumps(out))
     print(f"ros1_player: {pairs} frames published, {len(out['odometry'])} odometry, {len(out['tf'])} tf, "
           f"{len(out['clouds'])} clouds in {out['seconds']:.1f} s")

@@ -45,12 +45,14 @@ class Ros2Sink:
         from nav_msgs.msg import Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, PointCloud2
+        from std_msgs.msg import String
 
         self.node = node
         self.make = MessageFactory(rclpy_flavour())
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.odom_pub = node.create_publisher(Odometry, "~/odom", 50)
+        self.status_pub = node.create_publisher(String, "~/tracking_status", 50)
         self.cloud_pub = node.create_publisher(PointCloud2, "~/cloud", latched)
         self.image_pub = node.create_publisher(Image, "~/rendered", 1)
         self.tf = tf2_ros.TransformBroadcaster(node)
@@ -61,6 +63,9 @@ class Ros2Sink:
 
     def publish_odometry(self, d) -> None:
         self.odom_pub.publish(self.make.odometry(d))
+
+    def publish_status(self, d) -> None:
+        self.status_pub.publish(self.make.status(d))
 
     def publish_transforms(self, items) -> None:
         self.tf.sendTransform([self.make.transform(d) for d in items])
