@@ -100,7 +100,9 @@ class Autosaver:
 
     The hook runs on the mapping thread and only takes a ``RunResult`` with the rows copied to the
     host (the map keeps changing); the files are written on a writer thread, so mapping pays the
-    copy, not the disk. A save still being written when the next one is due makes that one skip
+    copy, not the disk. The writer still competes for the interpreter lock with tracking and
+    mapping, so it keeps its CPU work small: the side file uncompressed, the partial metrics
+    without the (evo) trajectory evaluation. A save still being written when the next one is due makes that one skip
     (counted). ``close()`` waits for the writer."""
 
     def __init__(self, run_dir: Path, cfg: Config, result: Callable[[], RunResult], source_stats=None) -> None:
@@ -137,8 +139,9 @@ class Autosaver:
             rows = result.map_rows
             if self.cfg.output.save_map and rows.shape[0] > 0 and result.map_keyframes:
                 save_map(self.run_dir / "map.ply", rows)
-                save_keyframes(keyframes_path(self.run_dir / "map.ply"), result.map_keyframes, int(rows.shape[0]))
-            metrics = collect_metrics(result, self.source_stats, eval_images_every=None)
+                save_keyframes(keyframes_path(self.run_dir / "map.ply"), result.map_keyframes, int(rows.shape[0]),
+                               compress=False)
+            metrics = collect_metrics(result, self.source_stats, eval_images_every=None, evaluate_trajectory=False)
             metrics["partial"] = f"autosave after {keyframes} keyframes"
             write_json_atomic(self.run_dir / "metrics.json", metrics)
             self.saves += 1

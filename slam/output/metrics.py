@@ -94,9 +94,11 @@ def _round_or_none(x: float):
     return None if x != x else round(float(x), 1)
 
 
-def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Optional[int] = 1) -> dict:
+def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Optional[int] = 1,
+                    evaluate_trajectory: bool = True) -> dict:
     """Everything that goes into metrics.json. ``eval_images_every``: evaluate PSNR/SSIM on every
-    n-th keyframe (``output.eval_images_every``); None skips the image metrics."""
+    n-th keyframe (``output.eval_images_every``); None skips the image metrics;
+    ``evaluate_trajectory=False`` skips ATE/RPE and the silent failures (partial metrics)."""
     rec = result.recorder
     frames, mapping, counts = rec.snapshot()
     track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
@@ -144,7 +146,8 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
     }
     # Evaluation must never cost the run its outputs: a failure here is recorded, not raised.
     try:
-        m.update(trajectory_metrics(frames))
+        if evaluate_trajectory:
+            m.update(trajectory_metrics(frames))
     except Exception as exc:  # noqa: BLE001
         log.error("trajectory evaluation failed: %s: %s", type(exc).__name__, exc)
         m["trajectory_error"] = f"{type(exc).__name__}: {exc}"
