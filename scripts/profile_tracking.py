@@ -2,6 +2,8 @@
 """Where the tracker's time goes: build a map on the first frames of a sequence (single-thread
 mode), then track the next frames against that frozen map under torch.profiler and print the
 wall time per frame, the renders per frame and the top operators by host and device time.
+``--json FILE`` also writes the profile that ``scripts/jetson_projection.py`` projects to Jetsons:
+wall, host and GPU ms per frame, kernel launches per frame and GPU ms per kernel class.
 
     python scripts/profile_tracking.py --config 7scenes.yaml --map-frames 60 --frames 20 \
         --set data.path=/path/to/7scenes-redkitchen-0000-0499
@@ -9,6 +11,8 @@ wall time per frame, the renders per frame and the top operators by host and dev
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import sys
 import time
 from pathlib import Path
@@ -34,6 +38,7 @@ def main() -> None:
     ap.add_argument("--map-frames", type=int, default=60, help="frames mapped before profiling")
     ap.add_argument("--frames", type=int, default=20, help="frames tracked under the profiler")
     ap.add_argument("--rows", type=int, default=25, help="operators listed")
+    ap.add_argument("--json", default=None, help="write the profile summary (for scripts/jetson_projection.py)")
     args = ap.parse_args()
 
     base = load_config(args.config, args.set)
@@ -80,6 +85,7 @@ def main() -> None:
         return (time.perf_counter() - t0) * 1000 / n
 
     ms = timed()
+    wall_ms, renders_per_frame = ms, renders["n"] / n
     print(f"tracking: {ms:.1f} ms/frame, {renders['n'] / n:.1f} renders/frame, "
           f"{ms * n / max(renders['n'], 1):.2f} ms per render (all included)")
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -88,12 +94,57 @@ def main() -> None:
     with torch.profiler.profile(activities=acts) as prof:
         ms = timed()
     print(f"under the profiler: {ms:.1f} ms/frame")
+    if args.json:
+        summary = profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")
+        summary.update(config=args.config, overrides=args.set, machine=machine_name(system.device))
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"profile summary written to {args.json}")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
     if system.device.type == "cuda":
         try:
             print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.rows))
         except (KeyError, AttributeError, RuntimeError):  # older torch names it cuda_time
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.rows))
+
+# Kernel classes of the projection: what bounds each on a smaller GPU (see jetson_projection.py).
+KERNEL_CLASSES = (("raster", ("sphere", "tile", "raster", "gauss_newton", "gn_")),   # our kernels: compute
+                  ("sort", ("radix", "cub", "sort", "scan")),                         # memory
+                  ("gemm", ("gemm", "gemv", "cublas", "cutlass")),                    # compute
+                  ("copy", ("memcpy", "memset")))                                      # memory; else: elementwise
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return cls
+    return "elementwise"
+
+
+def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: bool) -> dict:
+    """Per tracked frame: wall ms (without the profiler), host ms (operators' own CPU time), GPU ms
+    (kernel time) by kernel class and in all, and CUDA kernel launches."""
+    host_us, gpu_us, launches = 0.0, {}, 0
+    for e in prof.key_averages():
+        host_us += e.self_cpu_time_total
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:
+            dev = getattr(e, "self_cuda_time_total", 0.0)
+        if cuda and getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type) and dev > 0:
+            cls = kernel_class(e.key)
+            gpu_us[cls] = gpu_us.get(cls, 0.0) + dev
+            launches += e.count
+    return {"frames": frames, "wall_ms": wall_ms, "renders": renders, "host_ms": host_us / 1e3 / frames,
+            "gpu_ms": sum(gpu_us.values()) / 1e3 / frames,
+            "gpu_ms_by_class": {k: v / 1e3 / frames for k, v in sorted(gpu_us.items())},
+            "launches": launches / frames}
+
+
+def machine_name(device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
 
 if __name__ == "__main__":
     main()

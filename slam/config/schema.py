@@ -70,9 +70,9 @@ class QualityConfig:
     alone, never relative to earlier frames. Thresholds calibrated on the bundled sample and 7-Scenes
     (scripts/calibrate_quality.py, docs/benchmarks.md)."""
 
-    depth_noise_floor: float = 0.01   # m: a depth inlier is within floor + quad * z^2 of the render:
-    depth_noise_quad: float = 0.003   # 1/m: 3 sigma of structured-light noise (sigma ~ 1.4e-3 z^2,
-                                      # Kinect) plus 1 cm for registration and quantisation
+    depth_noise_floor: float = 0.02   # m: a depth inlier is within floor + quad * z^2 of the render:
+    depth_noise_quad: float = 0.005   # 1/m: ~3.5 sigma of structured-light noise (sigma ~ 1.4e-3 z^2,
+                                      # Kinect) plus 2 cm for registration, quantisation, map edges
     color_tol: float = 0.1            # colour inlier: mean |error| after exposure, 0-1 intensity
     min_depth_inliers: float = 0.9    # share of the covered pixels that must be depth inliers
     min_color_inliers: float = 0.7    # share of the covered pixels that must be colour inliers
