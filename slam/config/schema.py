@@ -184,6 +184,8 @@ class SystemConfig:
     queue_size: int = 4             # bounded keyframe queue
     seed: int = 0
     progress: bool = True
+    profile_frames: int = 10        # CUDA: frames tracked under torch.profiler (after 20) for the
+                                    # GPU ms / kernel launches per frame in metrics.json; 0 = off
 
 
 @dataclass

@@ -34,6 +34,9 @@ class FrameRecord:
     reason: Optional[str] = None
     reinit: Optional[str] = None     # why coarse poses were searched (an untrusted motion prior)
     reinit_ms: float = 0.0
+    renders: int = 0                 # map renders the tracker made for this frame
+    host_ms: float = float("nan")    # CPU time of the tracking thread for this frame
+    profiled: bool = False           # tracked under torch.profiler (left out of the speed figures)
 
     @property
     def status(self) -> str:

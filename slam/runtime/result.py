@@ -20,7 +20,8 @@ class RunResult:
     metrics, mesh); snapshot: the last published map (None if nothing was mapped); spheres,
     sphere_budget, max_spheres_seen: live / allowed / most-ever sphere counts; map_bytes,
     keyframe_store_bytes: memory of the map's rows and of the stored keyframes; relocalisations:
-    every relocalisation attempt's ``RelocResult``."""
+    every relocalisation attempt's ``RelocResult``; tracking_profile: GPU ms, host ms and kernel
+    launches per tracked frame over the profiled window (CUDA only, ``slam.runtime.profiling``)."""
 
     recorder: RunRecorder
     device: torch.device
@@ -36,3 +37,4 @@ class RunResult:
     map_bytes: int
     keyframe_store_bytes: int
     relocalisations: list
+    tracking_profile: Optional[dict] = None

@@ -77,6 +77,7 @@ class TrackResult:
     reason: Optional[str] = None
     reinit: Optional[str] = None
     reinit_ms: float = 0.0
+    renders: int = 0
 
 
 class Tracker:
@@ -93,6 +94,7 @@ class Tracker:
         self.failures = 0
         self.recoveries = 0
         self._huber: dict = {}   # device -> (4,) Huber thresholds of the residual channels
+        self._renders = 0        # renders of the frame being tracked
 
     # ------------------------------------------------------------------ public
     def initialise(self, T_wc: np.ndarray) -> None:
@@ -112,6 +114,7 @@ class Tracker:
         the motion history. ``coarse``: given when the motion prior is not trusted (after a gap):
         extra starting poses T_wc (4, 4); every start is then refined with ``recovery_iters`` and
         the result the quality test likes best is kept."""
+        self._renders = 0
         levels = lm.pyramid(obs, self.cfg.pyramid_levels)
         prior = self.guess()
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
@@ -133,6 +136,7 @@ class Tracker:
             elif retry.loss < result.loss or not math.isfinite(result.loss):
                 result = retry
         result.ok = result.reason is None
+        result.renders = self._renders
         shift, turn = relative_motion(prior, result.T_wc)
         result.quality.prior_shift_m, result.quality.prior_turn_deg = shift, math.degrees(turn)
         self._update_history(result)
@@ -195,6 +199,7 @@ class Tracker:
                 return TrackResult(T_wc_init.copy(), float("inf"), 0.0, False, False, done)
 
             def render(T, obs=obs):
+                self._renders += 1
                 return snapshot.render(obs.K, obs.width, obs.height, T_cw=T, backend=self.backend)
 
             damping = cfg.damping
