@@ -15,6 +15,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,7 +29,6 @@ except ImportError:  # run from a source checkout without installing
 def main() -> None:
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.map.snapshot import MapSnapshot
     from slam.runtime.system import SlamSystem
     from slam.tracking.tracker import Tracker
 
@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--map-frames", type=int, default=60, help="frames mapped before profiling")
     ap.add_argument("--frames", type=int, default=20, help="frames tracked under the profiler")
     ap.add_argument("--rows", type=int, default=25, help="operators listed")
+    ap.add_argument("--compare", nargs="*", default=[], metavar="SOLVER",
+                    help="also time these tracking.solver values on the same map and frames (e.g. renders)")
     ap.add_argument("--json", default=None, help="write the profile summary (for scripts/jetson_projection.py)")
     args = ap.parse_args()
 
@@ -56,43 +58,39 @@ def main() -> None:
     records = system.recorder.snapshot()[0]
     obs = [system.observation(f) for f in frames]   # as the system hands them to its tracker
     renders = {"n": 0}
-    render = MapSnapshot.render
 
-    def counting(self, *a, **kw):
-        renders["n"] += 1
-        return render(self, *a, **kw)
-
-    MapSnapshot.render = counting   # count every render of the map (the tracker's only)
-
-    def fresh_tracker() -> Tracker:
-        tracker = Tracker(cfg.tracking, cfg.quality, cfg.raster.backend)
+    def fresh_tracker(solver: str) -> Tracker:
+        tracker = Tracker(replace(cfg.tracking, solver=solver), cfg.quality, cfg.raster.backend)
         tracker.initialise(records[-1].T_wc)
         tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
         return tracker
 
-    fresh_tracker().track(obs[0], snap)  # warm-up (allocator, kernels)
     sync = torch.cuda.synchronize if system.device.type == "cuda" else (lambda: None)
     n = len(obs)
 
-    def timed() -> float:
-        tracker = fresh_tracker()
+    def timed(solver: str) -> float:
+        tracker = fresh_tracker(solver)
         renders["n"] = 0
         sync()
         t0 = time.perf_counter()
         for o in obs:
-            tracker.track(o, snap)
+            renders["n"] += tracker.track(o, snap).renders
         sync()
         return (time.perf_counter() - t0) * 1000 / n
 
-    ms = timed()
-    wall_ms, renders_per_frame = ms, renders["n"] / n
-    print(f"tracking: {ms:.1f} ms/frame, {renders['n'] / n:.1f} renders/frame, "
-          f"{ms * n / max(renders['n'], 1):.2f} ms per render (all included)")
+    for solver in dict.fromkeys([cfg.tracking.solver, *args.compare]):   # the configured solver first
+        fresh_tracker(solver).track(obs[0], snap)  # warm-up (allocator, kernels)
+        ms = timed(solver)
+        if solver == cfg.tracking.solver:
+            wall_ms, renders_per_frame = ms, renders["n"] / n
+        print(f"tracking ({solver}): {ms:.1f} ms/frame, {renders['n'] / n:.1f} renders/frame, "
+              f"{ms * n / max(renders['n'], 1):.2f} ms per render (all included)")
+    solver = cfg.tracking.solver
     acts = [torch.profiler.ProfilerActivity.CPU]
     if system.device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=acts) as prof:
-        ms = timed()
+        ms = timed(solver)
     print(f"under the profiler: {ms:.1f} ms/frame")
     if args.json:
         summary = profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")

@@ -71,7 +71,8 @@ def test_analytic_jacobian_tracks_with_fewer_renders(monkeypatch, sample_run):
     renders, ates = {}, {}
     for kind, n in (("finite_difference", 0), ("analytic", 8)):
         counts["n"] = 0
-        system = sample_run.run(sample_run.cfg(10, "system.threaded=false", f"tracking.analytic_iters={n}"))
+        system = sample_run.run(sample_run.cfg(10, "system.threaded=false", "tracking.solver=renders",
+                                               f"tracking.analytic_iters={n}"))
         renders[kind], ates[kind] = counts["n"], sample_run.ate_cm(system)
         assert all(f.ok for f in system.recorder.frames)
     assert renders["analytic"] < 0.35 * renders["finite_difference"], renders
@@ -137,8 +138,22 @@ def test_banded_normal_equations_match_the_dense_ones(sample_map, monkeypatch, k
     assert float(s @ s_ref / (s.norm() * s_ref.norm())) > 0.999
 
 
-def test_tracks_without_the_exposure_term(sample_run):
+@pytest.mark.parametrize("solver", ["fused", "renders"])
+def test_tracks_without_the_exposure_term(sample_run, solver):
     # Six parameters instead of eight: the normal equations' exposure rows are left out.
-    system = sample_run.run(sample_run.cfg(10, "system.threaded=false", "tracking.exposure=false"))
+    system = sample_run.run(sample_run.cfg(10, "system.threaded=false", "tracking.exposure=false",
+                                           f"tracking.solver={solver}"))
     assert all(f.ok for f in system.recorder.frames)
     assert sample_run.ate_cm(system) < 1.0
+
+
+def test_fused_solver_tracks_with_half_the_renders_of_the_render_solver(sample_run):
+    """The fused kernel's exact normal equations: one render per accepted LM step, none for
+    Jacobians; as accurate on the sample as the render-difference solver."""
+    runs = {s: sample_run.run(sample_run.cfg(20, "system.threaded=false", f"tracking.solver={s}"))
+            for s in ("fused", "renders")}
+    renders = {s: sum(f.renders for f in r.recorder.frames) for s, r in runs.items()}
+    assert all(f.ok for f in runs["fused"].recorder.frames)
+    assert renders["fused"] < 0.6 * renders["renders"], renders
+    assert sample_run.ate_cm(runs["fused"]) < 1.0
+    assert sample_run.ate_cm(runs["fused"]) < 1.5 * sample_run.ate_cm(runs["renders"]) + 0.05

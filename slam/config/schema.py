@@ -39,6 +39,10 @@ class RasterConfig:
 
 @dataclass
 class TrackingConfig:
+    solver: Literal["fused", "renders"] = "fused"  # fused: one rasterizer pass gives the exact
+                                    # normal equations (rasterizer.gauss_newton); renders: the
+                                    # earlier solver (image-gradient / finite-difference Jacobians
+                                    # over renders in PyTorch), kept for comparison and fallback
     iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
     fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
     fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
@@ -59,9 +63,9 @@ class TrackingConfig:
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
-    analytic_iters: int = 6         # the first N LM iterations (coarse-to-fine order) take the
-                                    # pose Jacobian from the render's image gradients (no extra
-                                    # render); the rest use finite differences (6 extra renders)
+    analytic_iters: int = 6         # solver renders: the first N LM iterations (coarse-to-fine)
+                                    # take the pose Jacobian from the render's image gradients (no
+                                    # extra render), the rest by finite differences (6 renders)
 
 
 @dataclass

@@ -26,7 +26,8 @@ from slam.observation import Observation
 from slam.tracking.lost import LostPolicy
 from slam.tracking.reinit import Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
-from slam.tracking.tracker import Tracker, TrackResult
+from slam.tracking.result import TrackResult
+from slam.tracking.tracker import Tracker
 
 log = logging.getLogger("slam.tracking")
 

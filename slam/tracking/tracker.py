@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Optional
 
@@ -39,7 +38,9 @@ from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
+from slam.tracking.fused import optimise_fused
 from slam.tracking.quality import TrackQuality, conditioning, judge, pixel_counts
+from slam.tracking.result import TrackResult, rank
 
 # The residual-spike failure test compares a frame's loss with the median of the last
 # LOSS_HISTORY good frames, once MIN_LOSS_HISTORY exist; its factor, ``residual_spike``, is the
@@ -50,34 +51,6 @@ MIN_LOSS_HISTORY = 5
 # system), and parameters with no evidence (zero diagonal) still get a finite damping term.
 MIN_DAMPING = 1e-6
 MIN_DIAGONAL = 1e-9
-
-
-def _rank(r: "TrackResult") -> tuple:
-    """Order of preference between refined poses of one frame: passing the quality test, then
-    more depth inliers, then more colour inliers, then a lower residual."""
-    return (r.reason is None, r.quality.depth_inliers, r.quality.color_inliers, -r.loss)
-
-
-@dataclass
-class TrackResult:
-    """T_wc: (4, 4) float64 estimated camera-to-world pose; loss: final residual (L1 colour +
-    depth_weight * L1 depth per known pixel); known_fraction: share of valid-depth pixels the map
-    explains; ok: passed the checks; recovered: needed (and passed) a recovery attempt, or was
-    relocalised after being lost; iters: LM iterations run in all; quality: the evidence the
-    checks judged; reason: why the frame failed (None when ok); reinit: why the motion prior was
-    not trusted (coarse poses were searched, taking reinit_ms), or None."""
-
-    T_wc: np.ndarray
-    loss: float
-    known_fraction: float
-    ok: bool
-    recovered: bool
-    iters: int
-    quality: TrackQuality = field(default_factory=TrackQuality)
-    reason: Optional[str] = None
-    reinit: Optional[str] = None
-    reinit_ms: float = 0.0
-    renders: int = 0
 
 
 class Tracker:
@@ -123,7 +96,7 @@ class Tracker:
         for start in coarse or ():
             cand = self._optimise(levels, snapshot, start, iters)
             cand.reason = self._failure(cand)
-            if _rank(cand) > _rank(result):
+            if rank(cand) > rank(result):
                 result = cand
         if result.reason is not None:
             start = self.last_good if self.last_good is not None else prior
@@ -170,9 +143,20 @@ class Tracker:
             k = self._huber[device] = lm.huber_thresholds(c.huber_color, c.huber_depth, c.depth_weight, device)
         return k
 
-    @torch.no_grad()
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
-        """Levenberg-Marquardt on (pose increment, exposure log-gain/bias) with Huber weights
+        """LM from ``T_wc_init`` with the configured solver (``tracking.solver``)."""
+        if self.cfg.solver == "fused":
+            return optimise_fused(pyramid, snapshot, T_wc_init, iters, self.cfg, self.quality_cfg, self.backend,
+                                  self._count_render)
+        return self._optimise_renders(pyramid, snapshot, T_wc_init, iters)
+
+    def _count_render(self) -> None:
+        self._renders += 1
+
+    @torch.no_grad()
+    def _optimise_renders(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
+        """The render-difference solver (``tracking.solver: renders``).
+        Levenberg-Marquardt on (pose increment, exposure log-gain/bias) with Huber weights
         (IRLS); the pose Jacobian is analytic for the first ``analytic_iters`` iterations, by
         finite differences after. The pose and exposure live on the host (float64); the device
         only renders and reduces. Returns the estimate and its L1 residual on the finest level."""

@@ -1,0 +1,37 @@
+"""What the tracker returns for a frame."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from slam.tracking.quality import TrackQuality
+
+
+def rank(r: "TrackResult") -> tuple:
+    """Order of preference between refined poses of one frame: passing the quality test, then
+    more depth inliers, then more colour inliers, then a lower residual."""
+    return (r.reason is None, r.quality.depth_inliers, r.quality.color_inliers, -r.loss)
+
+
+@dataclass
+class TrackResult:
+    """T_wc: (4, 4) float64 estimated camera-to-world pose; loss: final residual (L1 colour +
+    depth_weight * L1 depth per known pixel); known_fraction: share of valid-depth pixels the map
+    explains; ok: passed the checks; recovered: needed (and passed) a recovery attempt, or was
+    relocalised after being lost; iters: LM iterations run in all; quality: the evidence the
+    checks judged; reason: why the frame failed (None when ok); reinit: why the motion prior was
+    not trusted (coarse poses were searched, taking reinit_ms), or None."""
+
+    T_wc: np.ndarray
+    loss: float
+    known_fraction: float
+    ok: bool
+    recovered: bool
+    iters: int
+    quality: TrackQuality = field(default_factory=TrackQuality)
+    reason: Optional[str] = None
+    reinit: Optional[str] = None
+    reinit_ms: float = 0.0
+    renders: int = 0
