@@ -43,6 +43,10 @@ pixels of w_ip), ``stats.error_sum`` (sum over pixels of w_ip * e_p) and ``stats
 pixels where the sphere was blended). At least one input must require grad for the backward (and so
 the statistics) to run. Not available with backend='gsplat'.
 
+Camera tracking: ``gauss_newton(...)`` renders at a pose, differentiates the render with respect to
+a pose increment and reduces the robust normal equations against an observed RGB-D frame in one
+fused pass; its model is in rasterizer/gauss_newton.py.
+
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
 ``gsplat`` (gsplat.rasterization with scales = r, identity rotations; for comparison only: it
@@ -57,8 +61,10 @@ import torch
 
 from . import _model
 from ._inputs import check_spheres, zeros3
+from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
 
-__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS"]
+__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
+           "GaussNewtonResult", "apply_increment"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 

@@ -19,7 +19,7 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 CPU_NAME = "_sphere_raster_cpu"
 CUDA_NAME = "_sphere_raster_cuda"
-CPU_SOURCES = ["raster_cpu.cpp"]
+CPU_SOURCES = ["raster_cpu.cpp", "gn_cpu.cpp"]
 CUDA_SOURCES = ["raster_cuda.cu", "bind_cuda.cpp"]
 
 

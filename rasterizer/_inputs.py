@@ -1,4 +1,5 @@
-"""Input checks and small cached tensors of the package's entry points (``rasterize_spheres``)."""
+"""Input checks and small cached tensors shared by the render (``rasterize_spheres``) and the
+fused Gauss-Newton pass (``gauss_newton``)."""
 from __future__ import annotations
 
 import torch

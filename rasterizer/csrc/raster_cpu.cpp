@@ -7,7 +7,8 @@
 //   sphere. The per-pixel math is shared through sphere_math.h.
 // Tiles run in parallel; the backward writes one record per (tile, sphere) intersection and then
 // reduces the records per sphere in list order, so results are deterministic for any thread count.
-// The tiling (project, depth order, bin) is sr_cpu::bin_spheres (raster_cpu.h).
+// The tiling (project, depth order, bin) is sr_cpu::bin_spheres (raster_cpu.h), shared with the
+// fused Gauss-Newton kernel (gn_cpu.cpp), which this module also exports.
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -340,4 +341,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CPU kernels";
   m.def("forward", &forward, "tiled forward (CPU)");
   m.def("backward", &backward, "tiled backward (CPU)");
+  m.def("gauss_newton", &gauss_newton_cpu, "fused Gauss-Newton pass (CPU)");
 }

@@ -1,5 +1,6 @@
-// Pieces of the CPU module's kernels: thread settings, the tiling (project -> bin into 16x16 tiles
-// in (tile, depth, index) order) and the per-tile sphere cache.
+// Pieces of the CPU module shared by the render (raster_cpu.cpp) and the fused Gauss-Newton
+// kernel (gn_cpu.cpp): thread settings, the tiling (project -> bin into 16x16 tiles in
+// (tile, depth, index) order) and the per-tile sphere cache.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -55,3 +56,11 @@ struct TileSpheres {
 };
 
 }  // namespace sr_cpu
+
+// The fused Gauss-Newton kernel (gn_cpu.cpp); arguments as in rasterizer/gauss_newton.py.
+at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
+                            const at::Tensor& colors, const at::Tensor& opacities,
+                            const at::Tensor& background, const at::Tensor& obs_color,
+                            const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                            double fy, double cx, double cy, int64_t width, int64_t height,
+                            const std::vector<double>& settings, bool derivatives);
