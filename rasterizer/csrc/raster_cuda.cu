@@ -3,7 +3,7 @@
 // per-pixel and per-sphere math (sphere_math.h).
 //
 // forward (the tiling, steps up to the tile ranges, is sr_cuda::bin_spheres, declared in
-//   raster_cuda.h):
+//   raster_cuda.h and shared with the fused Gauss-Newton kernel, gn_cuda.cu):
 //   project (one thread per sphere: centre, inverse variances, tile count, depth key; a
 //   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
 //   -> radix sort of the spheres by depth (32-bit keys; stable, so ties keep index order)

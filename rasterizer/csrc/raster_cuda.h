@@ -1,4 +1,5 @@
-// The render's tiling on the GPU (raster_cuda.cu), as a function other kernels can reuse: project (one thread per sphere) -> radix sort by depth ->
+// The render's tiling on the GPU (raster_cuda.cu), shared by the render and the fused
+// Gauss-Newton kernel (gn_cuda.cu): project (one thread per sphere) -> radix sort by depth ->
 // scan of the tile counts -> emit (tile, sphere) pairs -> stable radix sort by tile id -> tile
 // ranges. One host wait per call: the pair count M.
 #pragma once

@@ -1,4 +1,4 @@
-// Warp-level reductions for the CUDA kernels (raster_cuda.cu).
+// Warp-level reductions shared by the CUDA kernels (raster_cuda.cu, gn_cuda.cu).
 #pragma once
 
 #include <cuda_runtime.h>
