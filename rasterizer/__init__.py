@@ -43,6 +43,10 @@ pixels of w_ip), ``stats.error_sum`` (sum over pixels of w_ip * e_p) and ``stats
 pixels where the sphere was blended). At least one input must require grad for the backward (and so
 the statistics) to run. Not available with backend='gsplat'.
 
+Camera tracking: ``gauss_newton(...)`` renders at a pose, differentiates the render with respect to
+a pose increment and reduces the robust normal equations against an observed RGB-D frame in one
+fused pass; its model is in rasterizer/gauss_newton.py.
+
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
 ``gsplat`` (gsplat.rasterization with scales = r, identity rotations; for comparison only: it
@@ -56,8 +60,11 @@ from typing import NamedTuple, Optional
 import torch
 
 from . import _model
+from ._inputs import check_spheres, zeros3
+from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
 
-__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS"]
+__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
+           "GaussNewtonResult", "apply_increment"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 
@@ -91,34 +98,8 @@ class SphereStats:
 def _validate(means, radii, colors, opacities, K, width, height, background, backend, stats):
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    for name, t in (("means", means), ("radii", radii), ("colors", colors),
-                    ("opacities", opacities), ("K", K)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if means.dim() != 2 or means.shape[1] != 3:
-        raise ValueError(f"means must have shape (N, 3), got {tuple(means.shape)}")
+    check_spheres(means, radii, colors, opacities, K, width, height, backend == "reference")
     n = means.shape[0]
-    if radii.shape != (n,):
-        raise ValueError(f"radii must have shape ({n},), got {tuple(radii.shape)}")
-    if colors.shape != (n, 3):
-        raise ValueError(f"colors must have shape ({n}, 3), got {tuple(colors.shape)}")
-    if opacities.shape != (n,):
-        raise ValueError(f"opacities must have shape ({n},), got {tuple(opacities.shape)}")
-    if K.shape != (3, 3):
-        raise ValueError(f"K must be a 3x3 intrinsics matrix, got shape {tuple(K.shape)}")
-    for name, v in (("width", width), ("height", height)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    allowed = (torch.float32, torch.float64) if backend == "reference" else (torch.float32,)
-    for name, t in (("means", means), ("radii", radii), ("colors", colors),
-                    ("opacities", opacities)):
-        if t.dtype not in allowed:
-            raise TypeError(f"{name} must be float32 (float64 only with backend='reference'), "
-                            f"got {t.dtype}")
-        if t.dtype != means.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but means has {means.dtype}")
-        if t.device != means.device:
-            raise ValueError(f"{name} is on {t.device} but means is on {means.device}")
     if background is not None and (not isinstance(background, torch.Tensor)
                                    or background.shape != (3,)):
         raise ValueError("background must be a (3,) tensor or None")
@@ -152,7 +133,7 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
     if backend == "cpu" and means.device.type != "cpu":
         raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
     if background is None:
-        background = _zeros3(means.device, means.dtype)
+        background = zeros3(means.device, means.dtype)
     else:
         background = background.detach().to(means.device, means.dtype)
     K = K.detach()
@@ -172,15 +153,3 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
         color, depth, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
                                     background, stats)
     return RasterOutput(color, depth, alpha)
-
-
-_ZEROS3: dict = {}
-
-
-def _zeros3(device, dtype):
-    """A cached black background per device and dtype (no allocation per call)."""
-    key = (device, dtype)
-    z = _ZEROS3.get(key)
-    if z is None:
-        z = _ZEROS3[key] = torch.zeros(3, device=device, dtype=dtype)
-    return z

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the sphere rasterizer's CUDA extension (for this GPU, and once more for sm_87 / Jetson
-# Orin to show it compiles there), runs the CUDA tests and the benchmark. Any CUDA machine:
+# Orin to show it compiles there), runs the CUDA tests (render and fused Gauss-Newton pass) and
+# the benchmarks. Any CUDA machine:
 #   scripts/gpu_check.sh [LOG_DIR]        (default: gpu_check_logs/; $OUT when set)
 # Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
 # Options (environment): SKIP_SM87=1 skips the sm_87 build; GSPLAT_WARMUP=1 compiles gsplat's
-# kernels (its first call) in the background while ours build; BENCH_ARGS for the benchmark.
+# kernels (its first call) in the background while ours build; BENCH_ARGS for the render benchmark,
+# GN_BENCH_ARGS for the Gauss-Newton one (e.g. --accuracy --no-cpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:-${OUT:-gpu_check_logs}}
@@ -41,11 +43,13 @@ $PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.get('cuda');
   2>&1 | tee "$LOG/build.txt" || status=1
 echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 
-$PY -m pytest -q -rs tests/test_rasterizer_cuda.py 2>&1 | tee "$LOG/pytest_cuda.txt" || status=1
+$PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_gauss_newton_cuda.py 2>&1 \
+  | tee "$LOG/pytest_cuda.txt" || status=1
 [ -z "$gsplat_pid" ] || wait $gsplat_pid
 [ -z "$sm87_pid" ] || wait $sm87_pid || status=1  # no compiler running during the timings
 echo "benchmark starts $(date -u +%T)"
 $PY scripts/bench_rasterizer.py ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.txt" || status=1
+$PY scripts/bench_gauss_newton.py ${GN_BENCH_ARGS:-} 2>&1 | tee "$LOG/bench_gn.txt" || status=1
 
 [ -z "$sm87_pid" ] || cat "$LOG/build_sm87.txt"
 exit $status

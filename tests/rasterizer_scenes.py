@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 import rasterizer
+from rasterizer.gauss_newton import PACKED_SIZE
 
 
 def intrinsics(width, height, f=None, dtype=torch.float32):
@@ -78,6 +79,28 @@ def adversarial_scenes():
     return s
 
 
+def awkward_scenes():
+    """Scenes that stress the derivatives: spheres just past the near plane in view (huge and
+    fast-moving footprints), clamped alphas (opacity 1 over many pixels), early termination."""
+    s = {}
+    base = random_scene(60, 64, 48, seed=3)
+    m = base["means"].clone()
+    m[:6] = torch.tensor([[0.0, 0.0, 0.0102], [0.002, -0.001, 0.012], [-0.003, 0.002, 0.015],
+                          [0.005, 0.004, 0.03], [-0.01, 0.0, 0.05], [0.0, 0.0, -0.5]])
+    r = base["radii"].clone()
+    r[:6] = torch.tensor([0.0005, 0.001, 0.0008, 0.002, 0.003, 0.1])
+    o = base["opacities"].clone()
+    o[:6] = 0.3
+    s["near_plane_in_view"] = dict(base, means=m, radii=r, opacities=o)
+    n = 40
+    g = torch.Generator().manual_seed(4)
+    m = torch.stack([torch.randn(n, generator=g) * 0.25, torch.randn(n, generator=g) * 0.2,
+                     torch.linspace(1.5, 3.0, n)], 1)
+    s["clamped_and_terminated"] = _scene(m, torch.full((n,), 0.25), torch.rand(n, 3, generator=g),
+                                         torch.ones(n), 64, 48)
+    return s
+
+
 def render(scene, backend, device="cpu", cotangent_seed=0, background=(0.1, 0.2, 0.3),
            pixel_error=True, with_stats=True):
     """Forward + backward with random output cotangents. Returns (outputs, grads, stats)."""
@@ -140,3 +163,66 @@ def compare(scene, backend_a, backend_b, device_a="cpu", device_b="cpu", img_rel
     for name, x, y in zip(("weight_sum", "error_sum", "count"), sa, sb):
         assert_grads_close(x, y, rel=grad_rel, cos=grad_cos, name=f"stats {name}")
     return oa, ga, sa
+
+
+# ------------------------------------------------------------------ fused Gauss-Newton pass
+# Tracker-like settings: exposure off the identity, Huber thresholds that clip part of the pixels.
+GN_SETTINGS = dict(pivot_z=2.0, gain=1.1, bias=-0.02, depth_weight=0.7, huber=(0.05, 0.03),
+                   alpha_threshold=0.5, depth_noise=(0.01, 0.01), color_tol=0.08)
+GN_DELTA = (0.01, -0.02, 0.005, 0.02, -0.01, 0.03)   # rad, m
+
+
+def gn_observation(scene, delta=GN_DELTA, seed=0, noise=(0.03, 0.02), holes=0.1):
+    """An observed frame for ``scene``: its CPU render at the pose increment ``delta`` (about the
+    pivot of GN_SETTINGS) plus noise, with depth holes. Returns (obs_color (H, W, 3),
+    obs_depth (H, W), valid (H, W) bool) on the CPU."""
+    W, H = scene["width"], scene["height"]
+    d = torch.tensor(delta, dtype=torch.float64)
+    moved = rasterizer.apply_increment(scene["means"].double(), d, GN_SETTINGS["pivot_z"]).float()
+    out = rasterizer.rasterize_spheres(moved, scene["radii"], scene["colors"], scene["opacities"],
+                                       scene["K"], W, H, backend="cpu")
+    g = torch.Generator().manual_seed(seed)
+    color = (out.color + noise[0] * torch.randn(H, W, 3, generator=g)).clamp(0, 1)
+    depth = out.depth + noise[1] * torch.randn(H, W, generator=g)
+    depth = torch.where(out.alpha > 0.05, depth, torch.zeros_like(depth))
+    valid = (depth > 0) & (torch.rand(H, W, generator=g) >= holes)
+    return color, depth, valid
+
+
+def gn_run(scene, backend, obs, device="cpu", **overrides):
+    """``rasterizer.gauss_newton`` on ``scene`` against ``obs`` with GN_SETTINGS (``overrides``
+    replace settings or pass exposure / derivatives / background) -> GaussNewtonResult."""
+    kw = dict(GN_SETTINGS, **overrides)
+    exposure = kw.get("exposure", True)
+    to = lambda t: t.to(device)
+    sph = [to(scene[k]) for k in ("means", "radii", "colors", "opacities")]
+    if kw.get("background") is not None:
+        kw["background"] = to(kw["background"])
+    packed = rasterizer.gauss_newton(*sph, scene["K"], scene["width"], scene["height"],
+                                     *(to(o) for o in obs), backend=backend, **kw)
+    assert packed.shape == (PACKED_SIZE,)
+    assert packed.dtype == torch.float64 and packed.device.type == torch.device(device).type
+    return rasterizer.GaussNewtonResult.unpack(packed, exposure=exposure)
+
+
+def gn_errors(a, b):
+    """Relative errors of a against b (H: Frobenius, g: L2, cost, l1) and the count differences."""
+    rel = lambda x, y: abs(x - y) / abs(y) if y != 0 else abs(x - y)
+    return dict(H=rel_l2(a.H, b.H), g=rel_l2(a.g, b.g), cost=rel(a.cost, b.cost),
+                l1=rel(a.l1, b.l1), n_valid=abs(a.n_valid - b.n_valid),
+                n_covered=abs(a.n_covered - b.n_covered),
+                n_depth_in=abs(a.n_depth_in - b.n_depth_in),
+                n_color_in=abs(a.n_color_in - b.n_color_in))
+
+
+def assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=2, name=""):
+    """H and g within ``rel``, cost and l1 within ``rel_cost`` (relative), the valid count exact
+    and the other counts within ``counts`` pixels (thresholds hit at float rounding)."""
+    e = gn_errors(a, b)
+    msg = f"{name}: {e}"
+    assert torch.isfinite(a.H).all() and torch.isfinite(a.g).all(), msg
+    assert e["H"] <= rel and e["g"] <= rel, msg
+    assert e["cost"] <= rel_cost and e["l1"] <= rel_cost, msg
+    assert e["n_valid"] == 0, msg
+    assert max(e["n_covered"], e["n_depth_in"], e["n_color_in"]) <= counts, msg
+    return e

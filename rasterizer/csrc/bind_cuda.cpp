@@ -1,5 +1,6 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu). The same interface as the CPU module
-// (raster_cpu.cpp): the same arguments and results, described in rasterizer/functions.py.
+// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu). The same interface as the CPU
+// module (raster_cpu.cpp, gn_cpu.cpp): the same arguments and results, described in
+// rasterizer/functions.py and rasterizer/gauss_newton.py.
 #include <torch/extension.h>
 
 #include <vector>
@@ -18,8 +19,16 @@ std::vector<at::Tensor> backward_cuda(
     const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
     at::Tensor stat_n);
 
+at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
+                             const at::Tensor& colors, const at::Tensor& opacities,
+                             const at::Tensor& background, const at::Tensor& obs_color,
+                             const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                             double fy, double cx, double cy, int64_t width, int64_t height,
+                             const std::vector<double>& settings, bool derivatives);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CUDA kernels";
   m.def("forward", &forward_cuda, "tiled forward (CUDA)");
   m.def("backward", &backward_cuda, "tiled backward (CUDA)");
+  m.def("gauss_newton", &gauss_newton_cuda, "fused Gauss-Newton pass (CUDA)");
 }

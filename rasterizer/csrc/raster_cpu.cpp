@@ -7,6 +7,8 @@
 //   sphere. The per-pixel math is shared through sphere_math.h.
 // Tiles run in parallel; the backward writes one record per (tile, sphere) intersection and then
 // reduces the records per sphere in list order, so results are deterministic for any thread count.
+// The tiling (project, depth order, bin) is sr_cpu::bin_spheres (raster_cpu.h), shared with the
+// fused Gauss-Newton kernel (gn_cpu.cpp), which this module also exports.
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "raster_cpu.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
 
@@ -26,65 +29,21 @@ void check_input(const at::Tensor& t, const char* name, int64_t cols) {
   sr::check_input(t, name, /*cuda=*/false, cols);
 }
 
-int num_threads() { return std::max(1, at::get_num_threads()); }
-
-// Below these sizes a parallel region costs more than it saves (and on a busy machine OpenMP's
-// barriers can cost milliseconds), so the loops run serially.
-constexpr int64_t kParallelSpheres = 8192;
-constexpr int64_t kParallelPairs = 256;  // (tile, sphere) pairs
-
-// Per-tile copy of the data of the spheres in the tile's list (cache-friendly, like the CUDA
-// kernel's shared-memory batches).
-struct TileSpheres {
-  std::vector<sr::Splat> splat;
-  std::vector<float> o, c, z;
-  void load(int64_t begin, int64_t end, const int32_t* ids, const sr::Splat* splats,
-            const float* opac, const float* colors, const float* means) {
-    const int64_t n = end - begin;
-    splat.resize(n);
-    o.resize(n);
-    c.resize(3 * n);
-    z.resize(n);
-    for (int64_t j = 0; j < n; ++j) {
-      const int32_t i = ids[begin + j];
-      splat[j] = splats[i];
-      o[j] = opac[i];
-      c[3 * j] = colors[3 * i];
-      c[3 * j + 1] = colors[3 * i + 1];
-      c[3 * j + 2] = colors[3 * i + 2];
-      z[j] = means[3 * i + 2];
-    }
-  }
-};
+using sr_cpu::kParallelPairs;
+using sr_cpu::kParallelSpheres;
+using sr_cpu::num_threads;
+using sr_cpu::TileSpheres;
 
 }  // namespace
 
-// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
-// pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
-std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
-                                const at::Tensor& colors, const at::Tensor& opacities,
-                                const at::Tensor& background, double fx, double fy, double cx,
-                                double cy, int64_t width, int64_t height, double depth_eps) {
-  check_input(means, "means", 3);
-  check_input(colors, "colors", 3);
-  check_input(radii, "radii", 0);
-  check_input(opacities, "opacities", 0);
-  check_input(background, "background", 0);
-  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
-  const float eps = (float)depth_eps;
-  const int64_t n = means.size(0);
-  const int n_tiles = cam.tiles_x * cam.tiles_y;
-  const float* mp = means.data_ptr<float>();
-  const float* rp = radii.data_ptr<float>();
-  const float* cp = colors.data_ptr<float>();
-  const float* op = opacities.data_ptr<float>();
-  const float* bg = background.data_ptr<float>();
+int sr_cpu::num_threads() { return std::max(1, at::get_num_threads()); }
 
-  auto fopt = means.options();
-  std::vector<sr::Splat> splat_buf(n);
-  sr::Splat* splats = splat_buf.data();
+sr_cpu::Bins sr_cpu::bin_spheres(const float* mp, const float* rp, int64_t n,
+                                 const sr::Camera& cam, const at::TensorOptions& opt) {
+  Bins b;
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  b.splats.resize(n);
+  sr::Splat* splats = b.splats.data();
   std::vector<int> rect(4 * n, 0), count(n, 0);
 
   // 1. project
@@ -110,21 +69,53 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
     for (int ty = rect[4 * i + 2]; ty < rect[4 * i + 3]; ++ty)
       for (int tx = rect[4 * i]; tx < rect[4 * i + 1]; ++tx) tile_start[ty * cam.tiles_x + tx + 1]++;
   for (int t = 0; t < n_tiles; ++t) tile_start[t + 1] += tile_start[t];
-  const int64_t m = tile_start[n_tiles];
-  at::Tensor ids_t = at::empty({m}, fopt.dtype(at::kInt));
-  at::Tensor ranges_t = at::empty({n_tiles, 2}, fopt.dtype(at::kInt));
-  int32_t* ids = ids_t.data_ptr<int32_t>();
-  int32_t* ranges = ranges_t.data_ptr<int32_t>();
-  {
-    std::vector<int64_t> cursor(tile_start.begin(), tile_start.end() - 1);
-    for (int32_t i : order)
-      for (int ty = rect[4 * i + 2]; ty < rect[4 * i + 3]; ++ty)
-        for (int tx = rect[4 * i]; tx < rect[4 * i + 1]; ++tx) ids[cursor[ty * cam.tiles_x + tx]++] = i;
-    for (int t = 0; t < n_tiles; ++t) {
-      ranges[2 * t] = (int32_t)tile_start[t];
-      ranges[2 * t + 1] = (int32_t)tile_start[t + 1];
-    }
+  b.m = tile_start[n_tiles];
+  b.ids = at::empty({b.m}, opt.dtype(at::kInt));
+  b.ranges = at::empty({n_tiles, 2}, opt.dtype(at::kInt));
+  int32_t* ids = b.ids.data_ptr<int32_t>();
+  int32_t* ranges = b.ranges.data_ptr<int32_t>();
+  std::vector<int64_t> cursor(tile_start.begin(), tile_start.end() - 1);
+  for (int32_t i : order)
+    for (int ty = rect[4 * i + 2]; ty < rect[4 * i + 3]; ++ty)
+      for (int tx = rect[4 * i]; tx < rect[4 * i + 1]; ++tx) ids[cursor[ty * cam.tiles_x + tx]++] = i;
+  for (int t = 0; t < n_tiles; ++t) {
+    ranges[2 * t] = (int32_t)tile_start[t];
+    ranges[2 * t + 1] = (int32_t)tile_start[t + 1];
   }
+  return b;
+}
+
+// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
+std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
+                                const at::Tensor& colors, const at::Tensor& opacities,
+                                const at::Tensor& background, double fx, double fy, double cx,
+                                double cy, int64_t width, int64_t height, double depth_eps) {
+  check_input(means, "means", 3);
+  check_input(colors, "colors", 3);
+  check_input(radii, "radii", 0);
+  check_input(opacities, "opacities", 0);
+  check_input(background, "background", 0);
+  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const float eps = (float)depth_eps;
+  const int64_t n = means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  const float* mp = means.data_ptr<float>();
+  const float* rp = radii.data_ptr<float>();
+  const float* cp = colors.data_ptr<float>();
+  const float* op = opacities.data_ptr<float>();
+  const float* bg = background.data_ptr<float>();
+
+  auto fopt = means.options();
+  // 1-3. project, depth order, bin into tiles
+  sr_cpu::Bins bins = sr_cpu::bin_spheres(mp, rp, n, cam, fopt);
+  const sr::Splat* splats = bins.splats.data();
+  at::Tensor ids_t = bins.ids, ranges_t = bins.ranges;
+  const int64_t m = bins.m;
+  const int32_t* ids = ids_t.data_ptr<int32_t>();
+  const int32_t* ranges = ranges_t.data_ptr<int32_t>();
 
   // 4. blend each tile front to back
   at::Tensor color_t = at::empty({height, width, 3}, fopt);
@@ -350,4 +341,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CPU kernels";
   m.def("forward", &forward, "tiled forward (CPU)");
   m.def("backward", &backward, "tiled backward (CPU)");
+  m.def("gauss_newton", &gauss_newton_cpu, "fused Gauss-Newton pass (CPU)");
 }

@@ -2,7 +2,9 @@
 // arguments and results are listed in bind_cuda.cpp and rasterizer/functions.py) and the same
 // per-pixel and per-sphere math (sphere_math.h).
 //
-// forward: project (one thread per sphere: centre, inverse variances, tile count, depth key; a
+// forward (the tiling, steps up to the tile ranges, is sr_cuda::bin_spheres, declared in
+//   raster_cuda.h and shared with the fused Gauss-Newton kernel, gn_cuda.cu):
+//   project (one thread per sphere: centre, inverse variances, tile count, depth key; a
 //   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
 //   -> radix sort of the spheres by depth (32-bit keys; stable, so ties keep index order)
 //   -> scan of the tile counts in depth order
@@ -30,14 +32,17 @@
 #include <cub/cub.cuh>
 #include <vector>
 
+#include "raster_cuda.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
+#include "warp_reduce.cuh"
 
 namespace {
 
 constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
 constexpr int kProjectBlock = 256;
-constexpr unsigned kFull = 0xffffffffu;
+using sr_cuda::kFull;
+using sr_cuda::WarpReduceScatter;
 // Resident tile blocks per SM the backward is compiled for (register budget 64K / (256 * 5) = 48
 // per thread); its per-pixel state would otherwise take it down to 4 blocks.
 constexpr int kBwdBlocksPerSM = 5;
@@ -172,32 +177,6 @@ __global__ void __launch_bounds__(kBlock)
   out_alpha[p] = alpha;
   out_last[p] = last;
 }
-
-// Warp reduce-scatter of L values (L a power of two, <= 32): at each halving step a lane keeps
-// half of its values and receives its partner's copy of that half, so L values cost
-// L/2 + L/4 + ... + 1 + log2(32/L) shuffles instead of 5 * L. On return lane l holds in v[0] the
-// warp total of value index l / (32 / L) (every lane of that group holds it).
-template <int L, int O>
-struct WarpReduceScatter {
-  __device__ __forceinline__ static void run(float* v, int lane) {
-    const bool hi = (lane & O) != 0;
-#pragma unroll
-    for (int i = 0; i < L / 2; ++i) {
-      const float send = hi ? v[i] : v[i + L / 2];
-      const float keep = hi ? v[i + L / 2] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFull, send, O);
-    }
-    WarpReduceScatter<L / 2, O / 2>::run(v, lane);
-  }
-};
-
-template <int O>
-struct WarpReduceScatter<1, O> {
-  __device__ __forceinline__ static void run(float* v, int) {
-#pragma unroll
-    for (int o = O; o > 0; o >>= 1) v[0] += __shfl_xor_sync(kFull, v[0], o);
-  }
-};
 
 __device__ __forceinline__ int warp_max(int v) {
 #pragma unroll
@@ -357,7 +336,7 @@ __global__ void project_backward_kernel(int n, sr::Camera cam, const float* __re
 
 void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, name, /*cuda=*/true); }
 
-inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
+using sr_cuda::blocks_for;
 
 at::Tensor byte_buffer(size_t bytes, const at::TensorOptions& opt) {
   return at::empty({(int64_t)std::max<size_t>(bytes, 1)}, opt.dtype(at::kByte));
@@ -437,33 +416,20 @@ at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::T
 
 }  // namespace
 
-// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
-// pixel's last blended list position + 1. One host wait (the pair count), placed so that the GPU
-// does not run dry while the host waits.
-std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
-                                     const at::Tensor& colors, const at::Tensor& opacities,
-                                     const at::Tensor& background, double fx, double fy, double cx,
-                                     double cy, int64_t width, int64_t height, double depth_eps) {
-  for (auto& pr : {std::make_pair(&means, "means"), std::make_pair(&radii, "radii"),
-                   std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
-                   std::make_pair(&background, "background")})
-    check_input(*pr.first, pr.second);
-  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
-  const c10::cuda::CUDAGuard guard(means.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+// The tiling of one render (see raster_cuda.h). One host wait (the pair count), placed so that
+// the GPU does not run dry while the host waits.
+sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& radii,
+                                   const sr::Camera& cam, cudaStream_t stream) {
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
   auto iopt = opt.dtype(at::kInt);
-
-  at::Tensor ranges = at::empty({n_tiles, 2}, iopt);
-  int2* ranges_p = reinterpret_cast<int2*>(ranges.data_ptr<int32_t>());
-  at::Tensor ids;
+  Bins b;
+  b.ranges = at::empty({n_tiles, 2}, iopt);
+  int2* ranges_p = reinterpret_cast<int2*>(b.ranges.data_ptr<int32_t>());
   // (N, 4) screen-space splats, read by the emit and the blending kernels
-  at::Tensor splats_t = at::empty({n, 4}, opt);
-  const float4* splats = reinterpret_cast<const float4*>(splats_t.data_ptr<float>());
+  b.splats = at::empty({n, 4}, opt);
+  const float4* splats = reinterpret_cast<const float4*>(b.splats.data_ptr<float>());
   int64_t m = 0;
   if (n > 0) {
     // workspace: pair count | depth keys x2 | sphere indices x2 | counts | offsets | scratch
@@ -492,7 +458,7 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
     C10_CUDA_CHECK(cudaMemsetAsync(pairs, 0, sizeof(unsigned long long), stream));
     project_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
         n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
-        reinterpret_cast<float4*>(splats_t.data_ptr<float>()), kp, ip, counts, pairs);
+        reinterpret_cast<float4*>(b.splats.data_ptr<float>()), kp, ip, counts, pairs);
     SR_CHECK_CUDA();
     CountSlot& slot = count_slot(means.get_device());
     C10_CUDA_CHECK(cudaMemcpyAsync(slot.host, pairs, sizeof(unsigned long long),
@@ -517,7 +483,7 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
                 " (tile, sphere) pairs: more than the 2^31 - 1 supported");
     m = (int64_t)total;
     if (m > 0) {
-      ids = n_tiles <= 65536
+      b.ids = n_tiles <= 65536
                 ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
                                       ranges_p, stream)
                 : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
@@ -525,9 +491,35 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
     }
   }
   if (m == 0) {
-    ids = at::empty({0}, iopt);
-    ranges.zero_();
+    b.ids = at::empty({0}, iopt);
+    b.ranges.zero_();
   }
+  b.m = m;
+  return b;
+}
+
+// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1. One host wait (the pair count, in bin_spheres).
+std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
+                                     const at::Tensor& colors, const at::Tensor& opacities,
+                                     const at::Tensor& background, double fx, double fy, double cx,
+                                     double cy, int64_t width, int64_t height, double depth_eps) {
+  for (auto& pr : {std::make_pair(&means, "means"), std::make_pair(&radii, "radii"),
+                   std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
+                   std::make_pair(&background, "background")})
+    check_input(*pr.first, pr.second);
+  TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  auto opt = means.options();
+  auto iopt = opt.dtype(at::kInt);
+  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream);
+  const int2* ranges_p = reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>());
+  const float4* splats = reinterpret_cast<const float4*>(bins.splats.data_ptr<float>());
+  at::Tensor ids = bins.ids, ranges = bins.ranges;
 
   at::Tensor color = at::empty({height, width, 3}, opt);
   at::Tensor depth = at::empty({height, width}, opt);

@@ -1,5 +1,5 @@
-// Host-side argument checks shared by the CPU (raster_cpu.cpp) and CUDA (raster_cuda.cu) modules,
-// which take the same arguments (see bind_cuda.cpp for the list).
+// Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp) and CUDA
+// (raster_cuda.cu, gn_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -46,6 +46,23 @@ inline GradImages grad_images(const at::Tensor& g_color, const at::Tensor& g_dep
     gi.a_sx = g_alpha.stride(1);
   }
   return gi;
+}
+
+// The observed frame of the Gauss-Newton kernel: colour (H, W, 3) and depth (H, W) float32, the
+// mask (H, W) bool, all contiguous on the module's device.
+inline void check_observation(const at::Tensor& color, const at::Tensor& depth,
+                              const at::Tensor& valid, int64_t width, int64_t height, bool cuda) {
+  check_input(color, "obs_color", cuda);
+  check_input(depth, "obs_depth", cuda);
+  TORCH_CHECK(color.dim() == 3 && color.size(0) == height && color.size(1) == width &&
+                  color.size(2) == 3,
+              "obs_color must have shape (height, width, 3)");
+  TORCH_CHECK(depth.dim() == 2 && depth.size(0) == height && depth.size(1) == width,
+              "obs_depth must have shape (height, width)");
+  TORCH_CHECK(valid.is_cuda() == cuda && valid.scalar_type() == at::kBool &&
+                  valid.is_contiguous() && valid.dim() == 2 && valid.size(0) == height &&
+                  valid.size(1) == width,
+              "valid must be a contiguous (height, width) bool tensor on the module's device");
 }
 
 }  // namespace sr

@@ -1,0 +1,156 @@
+// CPU (C++/OpenMP) twin of the fused Gauss-Newton kernel (gn_cuda.cu; the model is in
+// rasterizer/gauss_newton.py): the render's tiling (sr_cpu::bin_spheres), then per tile a
+// front-to-back pass that carries the pose derivatives (sr::gn_blend) and turns each pixel into
+// its share of H, g, the cost and the statistics (sr::gn_pixel_values). The per-sphere pose
+// Jacobian (sr::pose_jacobian) is computed once per sphere. Tiles run in parallel, each summing
+// its pixels in double; the tile partials are added in tile order, so the result is the same for
+// any thread count.
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gn_math.h"
+#include "raster_cpu.h"
+#include "sphere_math.h"
+#include "tensor_args.h"
+
+namespace {
+
+struct GnInputs {
+  sr::Camera cam;
+  sr::GnSettings st;
+  const float *means, *colors, *opac, *bg, *obs_color, *obs_depth;
+  const bool* valid;
+  const sr::Splat* splats;
+  const sr::PoseJac* jac;
+  const int32_t *ids, *ranges;
+};
+
+// One thread's scratch: the tile's sphere cache and its pixels' compositing states.
+struct TileScratch {
+  sr_cpu::TileSpheres ts;
+  sr::GnState state[sr::kTilePixels];
+  bool done[sr::kTilePixels];
+};
+
+// Adds tile t's pixels into acc (kGnValues doubles). Sphere-major like the CPU render: each
+// sphere visits the pixels of its 3-sigma box only, and every pixel still sees the spheres in list
+// order, so its arithmetic is that of a pixel-major loop.
+template <bool DERIV>
+void gn_tile(int t, const GnInputs& in, TileScratch& sc, double* acc) {
+  const sr::Camera& cam = in.cam;
+  const int64_t begin = in.ranges[2 * t], end = in.ranges[2 * t + 1];
+  sc.ts.load(begin, end, in.ids, in.splats, in.opac, in.colors, in.means);
+  const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
+  const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
+  const int tw = x1 - x0;
+  int remaining = tw * (y1 - y0);
+  for (int q = 0; q < remaining; ++q) {
+    sr::gn_state_init<DERIV>(sc.state[q]);
+    sc.done[q] = false;
+  }
+  const sr::PoseJac no_jac{};
+  for (int64_t j = 0; j < end - begin && remaining > 0; ++j) {
+    const sr::Splat& sp = sc.ts.splat[j];
+    int bx0, bx1, by0, by1;
+    if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+    const sr::PoseJac& J = DERIV ? in.jac[in.ids[begin + j]] : no_jac;
+    const float o = sc.ts.o[j], z = sc.ts.z[j];
+    const float* c = &sc.ts.c[3 * j];
+    for (int py = by0; py < by1; ++py)
+      for (int px = bx0; px < bx1; ++px) {
+        const int q = (py - y0) * tw + (px - x0);
+        if (sc.done[q]) continue;
+        float a, G, du, dv;
+        if (!sr::eval_alpha((float)px, (float)py, sp, o, a, G, du, dv)) continue;
+        if (!sr::gn_blend<DERIV>(sc.state[q], sp, J, o, a, G, du, dv, c[0], c[1], c[2], z)) {
+          sc.done[q] = true;
+          --remaining;
+        }
+      }
+  }
+  float v[sr::kGnValues];
+  for (int py = y0; py < y1; ++py)
+    for (int px = x0; px < x1; ++px) {
+      const int q = (py - y0) * tw + (px - x0);
+      const int64_t p = (int64_t)py * cam.width + px;
+      const float* oc = in.obs_color + 3 * p;
+      sr::gn_pixel_values<DERIV>(sc.state[q], in.st, in.valid[p], in.bg[0], in.bg[1], in.bg[2],
+                                 oc[0], oc[1], oc[2], in.obs_depth[p], v);
+      for (int i = 0; i < sr::kGnValues; ++i) acc[i] += v[i];
+    }
+}
+
+}  // namespace
+
+// Returns the packed result (kGnValues,) float64: see gn_math.h for the layout.
+at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
+                            const at::Tensor& colors, const at::Tensor& opacities,
+                            const at::Tensor& background, const at::Tensor& obs_color,
+                            const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                            double fy, double cx, double cy, int64_t width, int64_t height,
+                            const std::vector<double>& settings, bool derivatives) {
+  sr::check_input(means, "means", false, 3);
+  sr::check_input(colors, "colors", false, 3);
+  sr::check_input(radii, "radii", false);
+  sr::check_input(opacities, "opacities", false);
+  sr::check_input(background, "background", false);
+  TORCH_CHECK(background.numel() == 3, "background must have 3 values");
+  sr::check_observation(obs_color, obs_depth, valid, width, height, false);
+  TORCH_CHECK((int)settings.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings,
+              " values");
+  GnInputs in;
+  in.cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  in.st = sr::make_gn_settings(settings.data());
+  TORCH_CHECK(in.st.depth_eps > 0.f, "depth_eps must be > 0");
+  const int64_t n = means.size(0);
+  const int n_tiles = in.cam.tiles_x * in.cam.tiles_y;
+  in.means = means.data_ptr<float>();
+  in.colors = colors.data_ptr<float>();
+  in.opac = opacities.data_ptr<float>();
+  in.bg = background.data_ptr<float>();
+  in.obs_color = obs_color.data_ptr<float>();
+  in.obs_depth = obs_depth.data_ptr<float>();
+  in.valid = valid.data_ptr<bool>();
+  const float* rp = radii.data_ptr<float>();
+
+  sr_cpu::Bins bins = sr_cpu::bin_spheres(in.means, rp, n, in.cam, means.options());
+  in.splats = bins.splats.data();
+  in.ids = bins.ids.data_ptr<int32_t>();
+  in.ranges = bins.ranges.data_ptr<int32_t>();
+  // the pose Jacobian of each listed sphere, once per sphere
+  std::vector<sr::PoseJac> jac;
+  if (derivatives) {
+    jac.resize(n);
+    const float* mp = in.means;
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) \
+    if (n >= sr_cpu::kParallelSpheres)
+    for (int64_t i = 0; i < n; ++i) {
+      sr::Splat s;
+      if (sr::project_sphere(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], in.cam, s))
+        jac[i] = sr::pose_jacobian(mp[3 * i], mp[3 * i + 1], mp[3 * i + 2], rp[i], in.st.pivot_z,
+                                   in.cam, s);
+    }
+  }
+  in.jac = jac.data();
+
+  std::vector<double> part((size_t)n_tiles * sr::kGnValues, 0.0);
+#pragma omp parallel num_threads(sr_cpu::num_threads()) if (bins.m >= sr_cpu::kParallelPairs)
+  {
+    TileScratch sc;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < n_tiles; ++t) {
+      double* acc = &part[(size_t)t * sr::kGnValues];
+      if (derivatives)
+        gn_tile<true>(t, in, sc, acc);
+      else
+        gn_tile<false>(t, in, sc, acc);
+    }
+  }
+  at::Tensor out = at::zeros({sr::kGnValues}, means.options().dtype(at::kDouble));
+  double* o = out.data_ptr<double>();
+  for (int t = 0; t < n_tiles; ++t)
+    for (int i = 0; i < sr::kGnValues; ++i) o[i] += part[(size_t)t * sr::kGnValues + i];
+  return out;
+}

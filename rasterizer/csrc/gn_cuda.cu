@@ -1,0 +1,181 @@
+// CUDA fused Gauss-Newton kernel (the model is in rasterizer/gauss_newton.py; the CPU twin is
+// gn_cpu.cpp, the shared per-sphere and per-pixel math gn_math.h):
+//   zero the (kGnValues,) float64 result -> pose Jacobian per sphere (pose_jacobian_kernel, one
+//   thread per sphere, once per call) -> the render's tiling (sr_cuda::bin_spheres: one host wait
+//   for the pair count, as every render) -> gn_tile_kernel: one 16x16 block per tile, shared-memory
+//   batches of 256 spheres front to back as in the render, each pixel carrying its pose
+//   derivatives (sr::gn_blend) and ending with its share of H, g, cost and the statistics
+//   (sr::gn_pixel_values); per block the 50 values are summed in float (warp reduce-scatter, then
+//   8 warps through shared memory) and added into the result with one float64 atomic per value.
+// No image-sized buffer: the only outputs are the 50 float64 values.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <vector>
+
+#include "gn_math.h"
+#include "raster_cuda.h"
+#include "sphere_math.h"
+#include "tensor_args.h"
+#include "warp_reduce.cuh"
+
+namespace {
+
+constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
+constexpr int kWarps = kBlock / 32;
+constexpr int kPad = 64;  // the kGnValues values padded to two warp reduce-scatters of 32
+static_assert(sr::kGnValues <= kPad && sr::kGnValues > 32, "two reduce-scatter rounds");
+static_assert(sizeof(sr::PoseJac) == 64, "PoseJac is loaded as four float4");
+// Resident blocks per SM the derivative variant is compiled for (<= 128 registers per thread).
+constexpr int kGnBlocksPerSM = 2;
+
+#define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+__global__ void pose_jacobian_kernel(int n, const float* __restrict__ means,
+                                     const float* __restrict__ radii, sr::Camera cam,
+                                     float pivot_z, sr::PoseJac* __restrict__ jac) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
+  sr::Splat s;
+  if (!sr::project_sphere(x, y, z, r, cam, s)) return;  // culled: in no tile list, never read
+  jac[i] = sr::pose_jacobian(x, y, z, r, pivot_z, cam, s);
+}
+
+template <bool DERIV>
+__global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
+    gn_tile_kernel(sr::Camera cam, sr::GnSettings st, const int2* __restrict__ ranges,
+                   const int32_t* __restrict__ ids, const float4* __restrict__ splats,
+                   const sr::PoseJac* __restrict__ jac, const float* __restrict__ means,
+                   const float* __restrict__ colors, const float* __restrict__ opac,
+                   const float* __restrict__ background, const float* __restrict__ obs_color,
+                   const float* __restrict__ obs_depth, const bool* __restrict__ valid,
+                   double* __restrict__ out) {
+  __shared__ float4 s_geo[kBlock];  // u v ia ic
+  __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
+  __shared__ float s_z[kBlock];
+  __shared__ sr::PoseJac s_jac[DERIV ? kBlock : 1];
+  __shared__ float s_red[kWarps][kPad];
+  const int tile = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
+  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
+  const bool inside = px < cam.width && py < cam.height;
+  const int2 range = ranges[tile];
+  const float fpx = (float)px, fpy = (float)py;
+  sr::GnState S;
+  sr::gn_state_init<DERIV>(S);
+  bool done = !inside;
+  for (int b0 = range.x; b0 < range.y; b0 += kBlock) {
+    if (__syncthreads_count(done) == kBlock) break;
+    const int k = b0 + tid;
+    if (k < range.y) {
+      const int32_t i = ids[k];
+      s_geo[tid] = splats[i];
+      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
+      s_z[tid] = means[3 * i + 2];
+      if (DERIV) s_jac[tid] = jac[i];
+    }
+    __syncthreads();
+    const int cnt = min(kBlock, range.y - b0);
+    for (int j = 0; !done && j < cnt; ++j) {
+      const float4 g = s_geo[j];
+      const float4 c = s_col[j];
+      const sr::Splat sp{g.x, g.y, g.z, g.w};
+      float a, G, du, dv;
+      if (!sr::eval_alpha(fpx, fpy, sp, c.w, a, G, du, dv)) continue;
+      if (!sr::gn_blend<DERIV>(S, sp, s_jac[DERIV ? j : 0], c.w, a, G, du, dv, c.x, c.y, c.z,
+                               s_z[j])) {
+        done = true;
+        break;
+      }
+    }
+  }
+
+  float v[kPad];
+  if (inside) {
+    const int p = py * cam.width + px;
+    sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
+                               obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
+                               obs_depth[p], v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < sr::kGnValues; ++i) v[i] = 0.f;
+  }
+#pragma unroll
+  for (int i = sr::kGnValues; i < kPad; ++i) v[i] = 0.f;
+  // Block sums: lane l of each warp gets value l (then 32 + l) of the warp, 8 warps add up in
+  // shared memory. Without derivatives values 0..31 (H) are 0: one round only.
+  if (DERIV) {
+    sr_cuda::WarpReduceScatter<32, 16>::run(v, lane);
+    s_red[tid >> 5][lane] = v[0];
+  }
+  sr_cuda::WarpReduceScatter<32, 16>::run(v + 32, lane);
+  s_red[tid >> 5][32 + lane] = v[32];
+  __syncthreads();
+  if (tid < sr::kGnValues && (DERIV || tid >= 32)) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += s_red[w][tid];
+    if (t != 0.f) atomicAdd(out + tid, (double)t);
+  }
+}
+
+}  // namespace
+
+// Returns the packed result (kGnValues,) float64 on the spheres' device (layout: gn_math.h).
+at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
+                             const at::Tensor& colors, const at::Tensor& opacities,
+                             const at::Tensor& background, const at::Tensor& obs_color,
+                             const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                             double fy, double cx, double cy, int64_t width, int64_t height,
+                             const std::vector<double>& settings, bool derivatives) {
+  sr::check_input(means, "means", true, 3);
+  sr::check_input(colors, "colors", true, 3);
+  sr::check_input(radii, "radii", true);
+  sr::check_input(opacities, "opacities", true);
+  sr::check_input(background, "background", true);
+  TORCH_CHECK(background.numel() == 3, "background must have 3 values");
+  sr::check_observation(obs_color, obs_depth, valid, width, height, true);
+  TORCH_CHECK((int)settings.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings,
+              " values");
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const sr::GnSettings st = sr::make_gn_settings(settings.data());
+  TORCH_CHECK(st.depth_eps > 0.f, "depth_eps must be > 0");
+  const int n = (int)means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+
+  at::Tensor out = at::empty({sr::kGnValues}, means.options().dtype(at::kDouble));
+  C10_CUDA_CHECK(
+      cudaMemsetAsync(out.data_ptr<double>(), 0, sr::kGnValues * sizeof(double), stream));
+  at::Tensor jac_t;
+  const sr::PoseJac* jac = nullptr;
+  if (derivatives && n > 0) {
+    jac_t = at::empty({n, (int64_t)(sizeof(sr::PoseJac) / sizeof(float))}, means.options());
+    auto* jp = reinterpret_cast<sr::PoseJac*>(jac_t.data_ptr<float>());
+    pose_jacobian_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
+        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam, st.pivot_z, jp);
+    SR_CHECK_CUDA();
+    jac = jp;
+  }
+  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream);
+  auto launch = [&](auto kernel) {
+    kernel<<<n_tiles, kBlock, 0, stream>>>(
+        cam, st, reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>()),
+        bins.ids.data_ptr<int32_t>(),
+        reinterpret_cast<const float4*>(bins.splats.data_ptr<float>()), jac, means.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
+        background.data_ptr<float>(), obs_color.data_ptr<float>(), obs_depth.data_ptr<float>(),
+        valid.data_ptr<bool>(), out.data_ptr<double>());
+  };
+  if (derivatives)
+    launch(gn_tile_kernel<true>);
+  else
+    launch(gn_tile_kernel<false>);
+  SR_CHECK_CUDA();
+  return out;
+}

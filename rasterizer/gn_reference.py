@@ -1,0 +1,87 @@
+"""PyTorch oracle of the fused Gauss-Newton pass (the model is in rasterizer/gauss_newton.py): the
+render's derivatives with respect to the pose increment by ``torch.func.jacfwd`` through the
+reference render (rasterizer/reference.py) of the spheres moved by the increment
+(``apply_increment``), then residuals, Huber weights, statistics and the normal equations with
+PyTorch ops. Dense and slow (O(pixels x spheres x 6)): small images only.
+
+The residuals and statistics are formed in the render's dtype (float32 for float32 inputs, as the
+tracker forms them), the weights and the normal equations in float64.
+"""
+from __future__ import annotations
+
+import torch
+
+from .reference import render_reference
+
+N_PARAMS = 8                             # 6 pose + log gain + bias
+N_TRI = N_PARAMS * (N_PARAMS + 1) // 2   # values of H's upper triangle
+PACKED_SIZE = N_TRI + N_PARAMS + 6       # + g, cost, l1, 4 counts (kGnValues in csrc/gn_math.h)
+_TRI = torch.triu_indices(N_PARAMS, N_PARAMS)
+
+
+def apply_increment(means: torch.Tensor, delta: torch.Tensor, pivot_z: float) -> torch.Tensor:
+    """(N, 3) camera-frame points moved by the pose increment delta (6,) = (w rad, t m):
+    X' = R(w) (X - p) + p + t with p = (0, 0, pivot_z). Computed as X + (R - I)(X - p) + t, so
+    delta = 0 returns ``means`` bit for bit; differentiable in delta (torch.func too)."""
+    d = delta.to(means.device, means.dtype)
+    zero = torch.zeros((), dtype=d.dtype, device=d.device)
+    w = torch.stack([torch.stack([zero, -d[2], d[1]]), torch.stack([d[2], zero, -d[0]]),
+                     torch.stack([-d[1], d[0], zero])])
+    r_minus_i = torch.linalg.matrix_exp(w) - torch.eye(3, dtype=d.dtype, device=d.device)
+    p = torch.zeros(3, dtype=means.dtype, device=means.device)
+    p[2] = pivot_z
+    return means + (means - p) @ r_minus_i.T + d[3:]
+
+
+def pack(H: torch.Tensor, g: torch.Tensor, stats) -> torch.Tensor:
+    """(PACKED_SIZE,) float64 in the kernels' layout from H (8, 8), g (8,) and the six values
+    (cost, l1, n_valid, n_covered, n_depth_in, n_color_in) (0-d tensors or floats)."""
+    st = torch.stack([torch.as_tensor(s, dtype=torch.float64, device=H.device) for s in stats])
+    return torch.cat([H[_TRI[0], _TRI[1]].double(), g.double(), st])
+
+
+def gauss_newton_reference(means, radii, colors, opacities, K, width, height, obs_color,
+                           obs_depth, valid, background, settings, derivatives=True):
+    """The packed result (PACKED_SIZE,) float64 of ``rasterizer.gauss_newton`` for the same
+    inputs; ``settings``: the kernels' list (gauss_newton._settings). means etc. float32 or
+    float64, K (3, 3), obs_color (H, W, 3), obs_depth (H, W), valid (H, W) bool,
+    background (3,)."""
+    gain, bias, dw, k0, k1, k2, k3, thr, floor, quad, tol, _eps, pivot_z, exposure = settings
+    K = K.to(means.device, means.dtype)
+
+    def render(delta):
+        moved = apply_increment(means, delta, pivot_z)
+        c, d, a = render_reference(moved, radii, colors, opacities, K, width, height, background)
+        return (c, d), (c, d, a)
+
+    delta0 = torch.zeros(6, dtype=means.dtype, device=means.device)
+    if derivatives:
+        (jc, jd), (c, d, a) = torch.func.jacfwd(render, has_aux=True)(delta0)
+    else:
+        _, (c, d, a) = render(delta0)
+    oc, od = obs_color.to(c.dtype), obs_depth.to(c.dtype)
+    covered = valid & (a > thr)
+    r_c = (bias + c * gain) - oc                       # slam.tracking.lm.residual
+    r_d = d * dw - od * dw
+    cov = covered.unsqueeze(-1)
+    r = torch.cat([r_c, r_d.unsqueeze(-1)], -1).double() * cov
+    k = torch.tensor([k0, k1, k2, k3], dtype=torch.float64, device=r.device)
+    w = k / torch.maximum(r.abs(), k)                  # Huber IRLS weights
+    depth_ok = (d - od).abs() <= floor + quad * od * od
+    color_ok = r_c.abs().mean(-1) <= tol
+    stats = ((w * r * r).sum(), r.abs().sum(), valid.sum(), covered.sum(),
+             (covered & depth_ok).sum(), (covered & color_ok).sum())
+    H = torch.zeros(N_PARAMS, N_PARAMS, dtype=torch.float64, device=r.device)
+    g = torch.zeros(N_PARAMS, dtype=torch.float64, device=r.device)
+    if derivatives:
+        J = torch.zeros(height, width, 4, N_PARAMS, dtype=torch.float64, device=r.device)
+        J[..., :3, :6] = gain * jc.double()            # (H, W, 3, 6)
+        J[..., 3, :6] = dw * jd.double()               # (H, W, 6)
+        if exposure:
+            J[..., :3, 6] = gain * c.double()          # d r_colour / d log gain
+            J[..., :3, 7] = 1.0                        # d r_colour / d bias
+        J = J * cov.unsqueeze(-1)
+        Jw = J * w.unsqueeze(-1)
+        H = torch.einsum("hwci,hwcj->ij", Jw, J)
+        g = torch.einsum("hwci,hwc->i", Jw, r)
+    return pack(H, g, stats)

@@ -1,0 +1,72 @@
+"""The fused Gauss-Newton pass on CUDA against the PyTorch oracle and the CPU kernel.
+
+Skipped without CUDA (CI); run on a GPU machine with scripts/gpu_check.sh.
+"""
+import pytest
+import torch
+
+from rasterizer_scenes import (_scene, adversarial_scenes, assert_gn_close, awkward_scenes,
+                               gn_errors, gn_observation, gn_run, random_scene)
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="CUDA is not available: the CUDA Gauss-Newton tests need a GPU (scripts/gpu_check.sh)")
+
+ADV = adversarial_scenes()
+AWK = awkward_scenes()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cuda_matches_oracle_random(seed):
+    s = random_scene(80, 64, 48, seed=seed)
+    obs = gn_observation(s, seed=seed)
+    a, b = gn_run(s, "cuda", obs, device="cuda"), gn_run(s, "reference", obs)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, name=f"seed {seed}")
+
+
+@pytest.mark.parametrize("name", sorted(ADV) + sorted(AWK))
+def test_cuda_matches_oracle_adversarial(name):
+    s = ADV.get(name) or AWK[name]
+    obs = gn_observation(s, seed=1)
+    a, b = gn_run(s, "cuda", obs, device="cuda"), gn_run(s, "reference", obs)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, name=name)
+
+
+@pytest.mark.parametrize("kw", [dict(background=torch.tensor([0.3, 0.6, 0.9])),
+                                dict(exposure=False)], ids=["background", "no_exposure"])
+def test_cuda_matches_oracle_options(kw):
+    s = random_scene(80, 64, 48, seed=4)
+    obs = gn_observation(s, seed=2)
+    a, b = gn_run(s, "cuda", obs, device="cuda", **kw), gn_run(s, "reference", obs, **kw)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5)
+
+
+@pytest.mark.parametrize("n, w, h", [(2000, 160, 120), (3000, 203, 97), (20000, 320, 240)])
+def test_cuda_matches_cpu_larger(n, w, h):
+    s = random_scene(n, w, h, seed=n)
+    obs = gn_observation(s, seed=3)
+    a, b = gn_run(s, "cuda", obs, device="cuda"), gn_run(s, "cpu", obs)
+    # thresholds (alpha, inliers) may flip at float rounding on a few of the w * h pixels
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=max(2, w * h // 10000))
+
+
+def test_cuda_cost_only_equals_full_mode():
+    s = random_scene(3000, 160, 120, seed=9)
+    obs = gn_observation(s, seed=9)
+    full = gn_run(s, "cuda", obs, device="cuda")
+    cheap = gn_run(s, "cuda", obs, device="cuda", derivatives=False)
+    assert (cheap.H == 0).all() and (cheap.g == 0).all()
+    e = gn_errors(cheap, full)
+    # the float64 atomics add the block sums in any order: equal up to the last bits
+    assert e["cost"] <= 1e-12 and e["l1"] <= 1e-12, e
+    assert max(e[k] for k in ("n_valid", "n_covered", "n_depth_in", "n_color_in")) == 0, e
+
+
+def test_cuda_no_pairs():
+    # N > 0 but nothing in view (behind the camera, beyond the far plane, off-screen)
+    s = _scene([[0.0, 0.0, -1.0], [0.1, 0.0, 150.0], [50.0, 0.0, 1.0]], [0.1] * 3,
+               [[0.5, 0.5, 0.5]] * 3, [0.9] * 3, 24, 18)
+    color, depth = torch.rand(18, 24, 3), torch.rand(18, 24) + 0.5
+    valid = torch.ones(18, 24, dtype=torch.bool)
+    a = gn_run(s, "cuda", (color, depth, valid), device="cuda")
+    assert a.n_valid == 24 * 18 and a.n_covered == 0 and a.cost == 0 and (a.H == 0).all()
