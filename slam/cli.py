@@ -154,6 +154,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         autosaver.close()
         if viewer is not None:
             viewer.close()
+    if rc == 0 and system.device.type == "cuda":
+        try:  # GPU ms and kernel launches per frame, measured after the run (not in its timing)
+            system.profile_tracking()
+        except Exception as exc:  # noqa: BLE001 - a profiling problem must not lose the outputs
+            log.warning("tracking profile failed: %s: %s", type(exc).__name__, exc)
     result = system.result()
     metrics = collect_metrics(result, source.stats, cfg.output.eval_images_every)
     if viewer is not None:

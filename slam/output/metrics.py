@@ -101,8 +101,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
     ``evaluate_trajectory=False`` skips ATE/RPE and the silent failures (partial metrics)."""
     rec = result.recorder
     frames, mapping, counts = rec.snapshot()
-    timed = [f for f in frames if not f.profiled]   # profiled frames run slower: not speed figures
-    track_ms = np.array([f.track_ms for f in timed]) if timed else np.zeros(0)
+    track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
     map_ms = np.array([m.ms for m in mapping]) if mapping else np.zeros(0)
     m: dict = {
         "stop_reason": rec.stop_reason,
@@ -116,12 +115,12 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         # Whole-system rate over the stream (tracking + mapping threads, queues, I/O); the final
         # refinement after the last frame is reported separately, not counted in the rate.
         "fps_system": len(frames) / (rec.wall_s - rec.refine_s) if rec.wall_s > rec.refine_s and frames else None,
-        "fps_tracking": len(timed) / (track_ms.sum() / 1e3) if track_ms.sum() > 0 else None,
+        "fps_tracking": len(frames) / (track_ms.sum() / 1e3) if track_ms.sum() > 0 else None,
         "per_tracked_frame": {
             "renders": float(np.mean([f.renders for f in frames])) if frames else None,
-            "host_ms": float(np.nanmean([f.host_ms for f in timed])) if timed else None,
+            "host_ms": float(np.nanmean([f.host_ms for f in frames])) if frames else None,
             **({"gpu_ms": result.tracking_profile["gpu_ms"], "launches": result.tracking_profile["launches"],
-                "profiled_frames": result.tracking_profile["frames"],
+                "profiled_replays": result.tracking_profile["frames"],
                 "profiled_host_ms": result.tracking_profile["host_ms"]} if result.tracking_profile else {}),
         },
         "stage_ms": {

@@ -1,48 +1,18 @@
 """Machine-independent cost figures of tracking: renders, host time and, on CUDA, GPU time and
 kernel launches per tracked frame (what a Jetson projection needs; FPS alone depends on the
-machine). Renders and host CPU time are counted on every frame; GPU time and launches come from
-``torch.profiler`` over a window of ``system.profile_frames`` frames after a warm-up, whose own
-times are left out of the FPS figures."""
+machine). Renders and host CPU time are counted on every frame during the run. GPU time and
+launches come from ``torch.profiler`` after the run (profiling during the run cost the H200 run a
+third of its frame rate): the last tracked frame is tracked again ``system.profile_frames`` times
+by a fresh tracker started from the frame before, against the final map."""
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import torch
 
-WARMUP_FRAMES = 20   # allocator and kernel caches settle; the window starts after these
-
-
-class TrackingProfiler:
-    """Owned by the tracking thread. ``around(n)`` wraps the n-th tracked frame (0-based)."""
-
-    def __init__(self, device: torch.device, frames: int) -> None:
-        self.enabled = device.type == "cuda" and frames > 0
-        self.start, self.stop = WARMUP_FRAMES, WARMUP_FRAMES + frames
-        self._prof: Optional[torch.profiler.profile] = None
-        self.summary: Optional[dict] = None
-
-    def profiled(self, n: int) -> bool:
-        """Whether frame ``n`` is inside the profiling window."""
-        return self.enabled and self.start <= n < self.stop
-
-    @contextlib.contextmanager
-    def around(self, n: int):
-        if not self.profiled(n):
-            yield
-            return
-        if self._prof is None:
-            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                            torch.profiler.ProfilerActivity.CUDA])
-            self._prof.__enter__()
-        try:
-            yield
-        finally:
-            if n == self.stop - 1:
-                torch.cuda.synchronize()
-                self._prof.__exit__(None, None, None)
-                self.summary = summarise(self._prof, self.stop - self.start)
-                self._prof = None
+from slam.map.snapshot import MapSnapshot
+from slam.observation import Observation
+from slam.tracking.tracker import Tracker
 
 
 def summarise(prof, frames: int) -> dict:
@@ -56,3 +26,26 @@ def summarise(prof, frames: int) -> dict:
             launches += e.count
     return {"frames": frames, "host_ms": host_us / 1e3 / frames, "gpu_ms": gpu_us / 1e3 / frames,
             "launches": launches / frames}
+
+
+@torch.no_grad()
+def profile_replay(tracker: Tracker, obs: Observation, snap: MapSnapshot, start, before, repeats: int) -> Optional[dict]:
+    """GPU ms, host ms and launches per frame of ``tracker`` (fresh) tracking ``obs`` against
+    ``snap`` ``repeats`` times, each from ``start`` (T_wc of the frame before) with ``before`` (the
+    one before that, for the motion model). None off CUDA or with ``repeats`` 0."""
+    if not snap.means.is_cuda or repeats <= 0:
+        return None
+
+    def once():
+        tracker.initialise(start)
+        tracker.prev2 = before
+        tracker.track(obs, snap)
+
+    once()  # warm-up
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            once()
+        torch.cuda.synchronize()
+    return summarise(prof, repeats)

@@ -36,7 +36,6 @@ class FrameRecord:
     reinit_ms: float = 0.0
     renders: int = 0                 # map renders the tracker made for this frame
     host_ms: float = float("nan")    # CPU time of the tracking thread for this frame
-    profiled: bool = False           # tracked under torch.profiler (left out of the speed figures)
 
     @property
     def status(self) -> str:

@@ -30,11 +30,12 @@ from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
 from slam.mapping.mapper import Mapper, MappingReport
 from slam.observation import Observation
 from slam.runtime.device import prepare_device, resolve_device
-from slam.runtime.profiling import TrackingProfiler
+from slam.runtime.profiling import profile_replay
 from slam.runtime.recorder import FrameRecord, RunRecorder, current_rss_mb, gpu_memory_sample
 from slam.runtime.result import RunResult
 from slam.runtime.threads import run_sequential, run_threaded
 from slam.tracking.frontend import TrackingFrontend
+from slam.tracking.tracker import Tracker
 
 log = logging.getLogger("slam.system")
 
@@ -63,7 +64,8 @@ class SlamSystem:
         self.selector = KeyframeSelector(cfg.mapping)
         self.mapper = Mapper(cfg.mapping, cfg.pruner, self.smap, self.store, backend, seed=cfg.system.seed)
         self.recorder = RunRecorder()
-        self.profiler = TrackingProfiler(self.device, cfg.system.profile_frames)
+        self._last_frame: Optional[Frame] = None   # for profile_tracking after the run
+        self._tracking_profile: Optional[dict] = None
         self.frame_hooks: list[FrameHook] = []
         self.keyframe_hooks: list[KeyframeHook] = []
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
@@ -107,18 +109,16 @@ class SlamSystem:
 
     def track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
         """Track one frame (tracking thread); returns its record and the keyframe it makes, if any."""
-        n = len(self.recorder.frames)
         t0, c0 = time.perf_counter(), time.thread_time()
-        with self.profiler.around(n):
-            obs = self.observation(frame)
-            snap = self.smap.latest()
-            res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
+        obs = self.observation(frame)
+        snap = self.smap.latest()
+        res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
+        self._last_frame = frame
         # On a saved map only verified poses make keyframes (localize: of the local layer).
         is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(res.T_wc, res.ok)
         ms, host_ms = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, res.T_wc, frame.gt_pose, res.ok, res.recovered, res.loss,
-                          ms, is_kf, res.quality, res.reason, res.reinit, res.reinit_ms, res.renders, host_ms,
-                          self.profiler.profiled(n))
+                          ms, is_kf, res.quality, res.reason, res.reinit, res.reinit_ms, res.renders, host_ms)
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
@@ -170,5 +170,18 @@ class SlamSystem:
             snapshot=self.smap.latest(), spheres=self.smap.n, sphere_budget=self.smap.budget,
             max_spheres_seen=self.smap.peak_n, map_bytes=self.smap.nbytes(),
             keyframe_store_bytes=self.store.nbytes(), relocalisations=list(self.frontend.relocalisations),
-            tracking_profile=self.profiler.summary,
+            tracking_profile=self._tracking_profile,
         )
+
+    def profile_tracking(self) -> Optional[dict]:
+        """After the run (CUDA): GPU ms, host ms and kernel launches per tracked frame, from
+        ``system.profile_frames`` replays of the last frame (``slam.runtime.profiling``); they go
+        into ``result().tracking_profile``. None when not measured."""
+        frames = self.recorder.frames
+        snap = self.smap.latest()
+        if self._last_frame is None or snap is None or len(frames) < 3:
+            return None
+        tracker = Tracker(self.cfg.tracking, self.cfg.quality, self.cfg.raster.backend)
+        self._tracking_profile = profile_replay(tracker, self.observation(self._last_frame), snap, frames[-2].T_wc,
+                                                frames[-3].T_wc, self.cfg.system.profile_frames)
+        return self._tracking_profile
