@@ -54,6 +54,8 @@ setup(
         "rosbags>=0.10",
         "plyfile>=1.0",
         "tqdm>=4.60",
+        "pooch>=1.7",           # dataset download, cache and checksum (slam/data/fetch.py)
+        "requests>=2.28",       # resumable HTTP transfers under pooch (slam/data/fetch.py)
         "pytorch-msssim>=1.0",
         "matplotlib>=3.6",
         "ninja",

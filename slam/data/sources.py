@@ -1,17 +1,22 @@
 """``open_source(cfg)``: the one entry point from a ``DataConfig`` to a streaming ``FrameSource``.
 
-Dispatches on ``cfg.dataset`` (tum | 7scenes | replica | rosbag); ``path: sample`` is the bundled
-sample (TUM layout). ``cfg.repeat > 1`` plays the sequence that many times (``RepeatSource``):
+Dispatches on ``cfg.dataset`` (tum | 7scenes | replica | rosbag); ``path: sample`` is the
+bundled sample (TUM layout); a registry name (``tum/fr1_desk``, see ``slam.data.registry`` and
+``slam_data list``) is the data cache's copy, downloaded first when missing (``data.download``).
+``cfg.repeat > 1`` plays the sequence that many times (``RepeatSource``):
 frame indices keep increasing and timestamps are offset so they keep increasing too.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
 from slam.data.errors import CalibrationError
+from slam.data.fetch import sequence_folder
 from slam.data.frame import Frame, FrameError, FrameSource
+from slam.data.registry import lookup
 from slam.data.replica import ReplicaSource, replica_ground_truth
 from slam.data.rosbag import RosbagSource
 from slam.data.sevenscenes import SevenScenesSource, seven_scenes_ground_truth
@@ -21,12 +26,28 @@ from slam.resources import resolve_data_path
 DATASETS = ("tum", "7scenes", "replica", "rosbag")
 
 
+def data_path(cfg) -> Path:
+    """The local folder/file ``cfg.path`` names: the sample, a registry sequence (fetched), or a path.
+
+    Raises ``DownloadError`` / ``ArchiveError`` when a registry sequence cannot be fetched, and
+    ``ValueError`` when the registry sequence belongs to another dataset than ``cfg.dataset``.
+    """
+    found = lookup(cfg.path) if cfg.dataset != "rosbag" else None
+    if found is None:
+        return resolve_data_path(cfg.path)
+    entry, sequence = found
+    if entry.dataset != cfg.dataset:
+        raise ValueError(f"data.path: '{cfg.path}' is a {entry.dataset} sequence but data.dataset is "
+                         f"'{cfg.dataset}'")
+    return sequence_folder(entry, sequence, download=cfg.download)
+
+
 def open_source(cfg) -> FrameSource:
     """Open the frame source a ``DataConfig`` describes (nothing is read beyond index files).
 
     Raises ``DataNotFoundError`` / ``CalibrationError`` / ``FrameError`` with the file and problem.
     """
-    path = resolve_data_path(cfg.path)
+    path = data_path(cfg)
     common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
     color_camera = None
     if cfg.color_intrinsics is not None or cfg.color_translation is not None:
@@ -62,7 +83,7 @@ def load_ground_truth(cfg) -> Tuple[np.ndarray, np.ndarray]:
     (so a trajectory written from ``Frame.timestamp`` associates exactly). first/last/stride are
     ignored. Raises ``FrameError`` for bags (no ground truth) and ``DataNotFoundError`` if absent.
     """
-    path = resolve_data_path(cfg.path)
+    path = data_path(cfg)
     if cfg.dataset == "tum":
         return tum_ground_truth(path)
     if cfg.dataset == "7scenes":
