@@ -66,6 +66,7 @@ setup(
         "console_scripts": [
             "run_slam=slam.cli:main",
             "slam_eval=slam.eval.cli:main",
+            "slam_data=slam.data.cli:main",
             "slam_ros1_node=slam.ros.ros1_node:main",
             "slam_ros2_node=slam.ros.ros2_node:main",
         ]
