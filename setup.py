@@ -56,9 +56,9 @@ setup(
         "tqdm>=4.60",
         "pooch>=1.7",           # dataset download, cache and checksum (slam/data/fetch.py)
         "requests>=2.28",       # resumable HTTP transfers under pooch (slam/data/fetch.py)
-        # RealSense cameras and recordings (slam/data/realsense.py); PyPI has x86-64 wheels only,
-        # a Jetson builds librealsense with its Python bindings (docs/DATA.md)
-        "pyrealsense2>=2.54; (platform_machine == 'x86_64' or platform_machine == 'AMD64') and sys_platform != 'darwin'",
+        # RealSense cameras and recordings (slam/data/realsense.py): PyPI has wheels for Linux
+        # x86-64 and aarch64 (2.59.1+) and Windows x64, none for macOS (docs/DATA.md)
+        "pyrealsense2>=2.54; sys_platform == 'linux' or (sys_platform == 'win32' and platform_machine == 'AMD64')",
         "pytorch-msssim>=1.0",
         "matplotlib>=3.6",
         "ninja",

@@ -27,7 +27,7 @@ from slam.data.sources import load_ground_truth
 from slam.eval.trajectory import evaluate_ate
 from slam.resources import sample_dir
 
-# installed by setup.py wherever PyPI has a wheel (x86-64); a Jetson builds it (docs/DATA.md)
+# installed by setup.py wherever PyPI has a wheel (Linux x86-64/aarch64, Windows x64)
 rs = pytest.importorskip("pyrealsense2", reason="pyrealsense2 not installed (no wheel for this machine)")
 
 TESTS = Path(__file__).resolve().parent

@@ -53,10 +53,11 @@ COLOR_ORDER = {"rgb8": (0, 1, 2), "bgr8": (2, 1, 0), "rgba8": (0, 1, 2), "bgra8"
 
 def _import_rs():
     try:
-        import pyrealsense2 as rs  # optional: no aarch64 wheel, a Jetson builds it (docs/DATA.md)
+        import pyrealsense2 as rs  # heavy, and optional: no wheel for every platform (docs/DATA.md)
     except ImportError:
-        raise FrameError("data.dataset realsense needs pyrealsense2: 'pip install pyrealsense2' (x86-64), or on a "
-                         "Jetson build librealsense with its Python bindings (docs/DATA.md)") from None
+        raise FrameError("data.dataset realsense needs pyrealsense2: 'pip install pyrealsense2' (wheels for Linux "
+                         "x86-64/aarch64 and Windows), or build librealsense with its Python bindings "
+                         "(docs/DATA.md)") from None
     return rs
 
 
