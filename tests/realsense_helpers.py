@@ -6,7 +6,7 @@ The installed librealsense decides the format: 2.59+ records ROS 2 ``.db3``, ear
 ROS 1 ``.bag``. ``tests/fixtures/realsense_*_ros1.bag`` were written by this file under
 pyrealsense2 2.56.5 (the last ``.bag`` recorder on PyPI for Python 3.11):
 
-    python tests/realsense_helpers.py tests/fixtures/realsense_sample_ros1.bag --frames 4
+    python tests/realsense_helpers.py tests/fixtures/realsense_sample_ros1.bag --frames 12
     python tests/realsense_helpers.py tests/fixtures/realsense_colour_only_ros1.bag --frames 2 --no-depth
 
 Record in a process of its own (as the tests do): after a software device has run, librealsense
@@ -101,7 +101,7 @@ def record_sample(path: Path, frames: int, *, depth: bool = True, blank_depth: C
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="record the bundled sample as a RealSense recording")
     ap.add_argument("out", type=Path)
-    ap.add_argument("--frames", type=int, default=4)
+    ap.add_argument("--frames", type=int, default=12)
     ap.add_argument("--no-depth", action="store_true")
     ap.add_argument("--blank-depth", type=int, nargs="*", default=(), help="frames whose depth is all 0")
     ap.add_argument("--drop-depth", type=int, nargs="*", default=(), help="frames recorded without depth")
