@@ -102,6 +102,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (FrameError, FileNotFoundError, ValueError) as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # e.g. during a download: its .part file resumes next time
+        print("run_slam: interrupted before the run started", file=sys.stderr)
+        return 130
 
     try:
         system = SlamSystem(cfg)

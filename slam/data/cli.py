@@ -57,6 +57,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (DataNotFoundError, ArchiveError) as exc:
             print(f"slam_data: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            print(f"slam_data: interrupted; the partial download of {name} resumes next time", file=sys.stderr)
+            return 130
         print(f"{name}: {folder}")
     return 0
 

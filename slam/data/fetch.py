@@ -218,7 +218,10 @@ def extract(entry: RegistryEntry, archive: Path, target: Path) -> Path:
             for inner in sorted(root.glob(entry.nested)):
                 _unpack(inner, inner.parent)
                 inner.unlink()
-        LAYOUT_CHECKS[entry.dataset](root)
+        try:
+            LAYOUT_CHECKS[entry.dataset](root)
+        except ArchiveError as exc:   # name the file inside the archive, not the temporary folder
+            raise ArchiveError(f"{archive}: {str(exc).replace(str(root), entry.root)}") from None
         os.replace(root, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
