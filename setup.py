@@ -54,6 +54,11 @@ setup(
         "rosbags>=0.10",
         "plyfile>=1.0",
         "tqdm>=4.60",
+        "pooch>=1.7",           # dataset download, cache and checksum (slam/data/fetch.py)
+        "requests>=2.28",       # resumable HTTP transfers under pooch (slam/data/fetch.py)
+        # RealSense cameras and recordings (slam/data/realsense.py): PyPI has wheels for Linux
+        # x86-64 and aarch64 (2.59.1+) and Windows x64, none for macOS (docs/DATA.md)
+        "pyrealsense2>=2.54; sys_platform == 'linux' or (sys_platform == 'win32' and platform_machine == 'AMD64')",
         "pytorch-msssim>=1.0",
         "matplotlib>=3.6",
         "ninja",
@@ -64,6 +69,7 @@ setup(
         "console_scripts": [
             "run_slam=slam.cli:main",
             "slam_eval=slam.eval.cli:main",
+            "slam_data=slam.data.cli:main",
             "slam_ros1_node=slam.ros.ros1_node:main",
             "slam_ros2_node=slam.ros.ros2_node:main",
         ]

@@ -20,12 +20,12 @@ for arg in "$@"; do
   esac
 done
 
-# open3d's x86-64 wheel needs libusb-1.0 at import time; Debian/Ubuntu images often lack it.
+# open3d's and pyrealsense2's x86-64 wheels need libusb-1.0 at import time; Debian/Ubuntu images often lack it.
 # (grep without -q: an early grep exit would SIGPIPE ldconfig and fail the pipeline under pipefail)
 if ! ldconfig -p 2>/dev/null | grep libusb-1.0 >/dev/null; then
   if command -v apt-get >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "installing libusb-1.0-0 (needed by open3d)"
+    echo "installing libusb-1.0-0 (needed by open3d and pyrealsense2)"
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libusb-1.0-0 >/dev/null
   else
     echo "warning: libusb-1.0 not found; open3d (sample generation, mesh export) may fail to import" >&2

@@ -2,6 +2,8 @@
 
     run_slam                                  # the bundled sample (default.yaml)
     run_slam --config 7scenes.yaml --set data.last=100 --set system.device=cpu
+    run_slam --config tum.yaml                # TUM fr1/desk, downloaded into the data cache if missing
+    run_slam --config realsense.yaml          # a live RealSense camera (data.path: file.bag plays one)
     run_slam --viewer                         # live rerun viewer (--rrd run.rrd: record to a file)
     run_slam --set data.first=75 --map runs/a/map.ply --mode localize   # track on a frozen saved map
 Exit codes: 0 done, 1 a stage failed, 2 bad config or input, 130 interrupted. Outputs so far
@@ -32,9 +34,13 @@ log = logging.getLogger("slam.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run_slam", description="Sphere-splatting RGB-D SLAM")
+    p = argparse.ArgumentParser(prog="run_slam", description="Sphere-splatting RGB-D SLAM",
+                                epilog="Datasets fetch themselves: data.path may name a registry sequence "
+                                       "(slam_data list), downloaded on first use into $SPHERE_SLAM_DATA. "
+                                       "See docs/DATA.md.")
     p.add_argument("--config", default="default.yaml",
-                   help="YAML config: a path, or a bare name of a shipped config (default: default.yaml, the bundled sample)")
+                   help="YAML config: a path, or a bare name of a shipped config (default: default.yaml, the "
+                        "bundled sample; tum.yaml downloads TUM fr1/desk; realsense.yaml: a live RealSense camera)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set tracking.iters=20 (repeatable)")
     p.add_argument("--out", default=None, help="run folder (default: output.root/<timestamp>)")
@@ -97,6 +103,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (FrameError, FileNotFoundError, ValueError) as exc:
         print(f"run_slam: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # e.g. during a download: its .part file resumes next time
+        print("run_slam: interrupted before the run started", file=sys.stderr)
+        return 130
 
     try:
         system = SlamSystem(cfg)

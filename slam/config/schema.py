@@ -11,8 +11,11 @@ from typing import List, Literal, Optional
 class DataConfig:
     """Where frames come from and how they are subsampled."""
 
-    dataset: Literal["tum", "7scenes", "replica", "rosbag"] = "tum"
-    path: str = "sample"            # folder or bag file; "sample" = the bundled sample sequence
+    dataset: Literal["tum", "7scenes", "replica", "rosbag", "realsense"] = "tum"
+    path: str = "sample"            # folder, bag or recording; "sample" = the bundled sample;
+                                    # a registry name (slam_data list) or "live": docs/DATA.md
+    download: bool = True           # fetch a registry sequence missing from the data cache
+    realsense: List[int] = field(default_factory=lambda: [640, 480, 30])  # live [w, h, fps]
     stride: int = 1                 # take every stride-th frame
     first: int = 0                  # first frame index (before stride)
     last: Optional[int] = None      # one past the last frame index (before stride); None = to the end

@@ -4,6 +4,11 @@
 ``DataNotFoundError``     a folder, index file or bag that must exist does not (also a
                           ``FileNotFoundError``, so ``except FileNotFoundError`` catches it).
 ``CalibrationError``      intrinsics missing or malformed.
+``DownloadError``         a registry sequence is missing and could not be downloaded (a
+                          ``DataNotFoundError``): the message names the URL, the target folder
+                          and the commands to fetch it by hand.
+``ArchiveError``          a downloaded archive is corrupt, fails its checksum or lacks files the
+                          layout needs; nothing is left under the sequence's name.
 ``SkipFrame``             internal signal (not an error the caller sees): one frame cannot be
                           used, the source warns, counts it in ``stats`` and moves on.
 """
@@ -21,6 +26,14 @@ class DataNotFoundError(FrameError, FileNotFoundError):
 
 class CalibrationError(FrameError):
     """Intrinsics/distortion are missing or malformed."""
+
+
+class DownloadError(DataNotFoundError):
+    """A registry sequence is not in the data cache and downloading it failed."""
+
+
+class ArchiveError(FrameError):
+    """A downloaded archive is corrupt, fails its checksum or does not have the expected layout."""
 
 
 class SkipFrame(Exception):

@@ -90,6 +90,7 @@ class SourceStats:
 
     delivered: int = 0
     skipped: int = 0
+    dropped: int = 0    # good frames a live source dropped to keep up (SLAM slower than the camera)
     skip_reasons: list = field(default_factory=list)
 
     def skip(self, reason: str, max_kept: int = 50) -> None:

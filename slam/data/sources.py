@@ -1,24 +1,46 @@
 """``open_source(cfg)``: the one entry point from a ``DataConfig`` to a streaming ``FrameSource``.
 
-Dispatches on ``cfg.dataset`` (tum | 7scenes | replica | rosbag); ``path: sample`` is the bundled
-sample (TUM layout). ``cfg.repeat > 1`` plays the sequence that many times (``RepeatSource``):
+Dispatches on ``cfg.dataset`` (tum | 7scenes | replica | rosbag | realsense); ``path: sample`` is the
+bundled sample (TUM layout); a registry name (``tum/fr1_desk``, see ``slam.data.registry`` and
+``slam_data list``) is the data cache's copy, downloaded first when missing (``data.download``).
+``cfg.repeat > 1`` plays the sequence that many times (``RepeatSource``):
 frame indices keep increasing and timestamps are offset so they keep increasing too.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
 from slam.data.errors import CalibrationError
+from slam.data.fetch import sequence_folder
 from slam.data.frame import Frame, FrameError, FrameSource
+from slam.data.realsense import RealsenseSource
+from slam.data.registry import lookup
 from slam.data.replica import ReplicaSource, replica_ground_truth
 from slam.data.rosbag import RosbagSource
 from slam.data.sevenscenes import SevenScenesSource, seven_scenes_ground_truth
 from slam.data.tum import TumSource, tum_ground_truth
 from slam.resources import resolve_data_path
 
-DATASETS = ("tum", "7scenes", "replica", "rosbag")
+DATASETS = ("tum", "7scenes", "replica", "rosbag", "realsense")
+
+
+def data_path(cfg) -> Path:
+    """The local folder/file ``cfg.path`` names: the sample, a registry sequence (fetched), or a path.
+
+    Raises ``DownloadError`` / ``ArchiveError`` when a registry sequence cannot be fetched, and
+    ``ValueError`` when the registry sequence belongs to another dataset than ``cfg.dataset``.
+    """
+    found = lookup(cfg.path) if cfg.dataset not in ("rosbag", "realsense") else None
+    if found is None:
+        return resolve_data_path(cfg.path)
+    entry, sequence = found
+    if entry.dataset != cfg.dataset:
+        raise ValueError(f"data.path: '{cfg.path}' is a {entry.dataset} sequence but data.dataset is "
+                         f"'{cfg.dataset}'")
+    return sequence_folder(entry, sequence, download=cfg.download)
 
 
 def open_source(cfg) -> FrameSource:
@@ -26,11 +48,11 @@ def open_source(cfg) -> FrameSource:
 
     Raises ``DataNotFoundError`` / ``CalibrationError`` / ``FrameError`` with the file and problem.
     """
-    path = resolve_data_path(cfg.path)
+    path = data_path(cfg)
     common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
     color_camera = None
     if cfg.color_intrinsics is not None or cfg.color_translation is not None:
-        if cfg.dataset == "rosbag":
+        if cfg.dataset in ("rosbag", "realsense"):
             raise CalibrationError("data.color_intrinsics/color_translation: colour registration is for folder "
                                    "datasets (tum, 7scenes, replica); record bags with aligned depth instead")
         color_camera = (cfg.color_intrinsics, cfg.color_translation)
@@ -49,6 +71,9 @@ def open_source(cfg) -> FrameSource:
                            camera_info_topic=cfg.camera_info_topic, max_time_diff=cfg.max_time_diff,
                            intrinsics=cfg.intrinsics, distortion=cfg.distortion,
                            depth_scale=cfg.depth_scale, **common)
+    elif cfg.dataset == "realsense":
+        src = RealsenseSource(cfg.path, stream=cfg.realsense, max_time_diff=cfg.max_time_diff,
+                              depth_scale=cfg.depth_scale, **common)
     else:
         raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
     repeat = int(getattr(cfg, "repeat", 1) or 1)
@@ -62,15 +87,15 @@ def load_ground_truth(cfg) -> Tuple[np.ndarray, np.ndarray]:
     (so a trajectory written from ``Frame.timestamp`` associates exactly). first/last/stride are
     ignored. Raises ``FrameError`` for bags (no ground truth) and ``DataNotFoundError`` if absent.
     """
-    path = resolve_data_path(cfg.path)
+    path = data_path(cfg)
     if cfg.dataset == "tum":
         return tum_ground_truth(path)
     if cfg.dataset == "7scenes":
         return seven_scenes_ground_truth(path)
     if cfg.dataset == "replica":
         return replica_ground_truth(path)
-    if cfg.dataset == "rosbag":
-        raise FrameError(f"{cfg.path}: bags carry no ground truth; pass a TUM trajectory file as ground truth")
+    if cfg.dataset in ("rosbag", "realsense"):
+        raise FrameError(f"{cfg.path}: bags and cameras carry no ground truth; pass a TUM trajectory file as ground truth")
     raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
 
 

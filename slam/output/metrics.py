@@ -109,6 +109,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "frames": len(frames),
         "keyframes": sum(1 for f in frames if f.keyframe),
         "skipped_frames": getattr(source_stats, "skipped", 0) if source_stats is not None else 0,
+        "dropped_frames": getattr(source_stats, "dropped", 0) if source_stats is not None else 0,
         "skip_reasons": list(getattr(source_stats, "skip_reasons", [])[:20]) if source_stats is not None else [],
         "wall_s": rec.wall_s,
         "final_refine_s": rec.refine_s,
