@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,10 @@ def ros2(tmp_path_factory):
     return {"env": env, "tmp": tmp, "topics": topics, "node": f"{ns}/sphere_slam"}
 
 
-def _node_cmd(ros2, run_dir: Path, *params: str) -> list:
+def _node_cmd(ros2, run_dir: Path, *params: str, overrides: tuple = ()) -> list:
     t = ros2["topics"]
     name = ros2["node"].rsplit("/", 1)
-    overrides = "[" + ", ".join(f"'{s}'" for s in SLAM_SETTINGS) + "]"
+    overrides = "[" + ", ".join(f"'{s}'" for s in [*SLAM_SETTINGS, *overrides]) + "]"
     return [sys.executable, "-m", "slam.ros.ros2_node", "--ros-args", "-r", f"__ns:={name[0]}", "-r", f"__node:={name[1]}",
             "-p", "config:=default.yaml", "-p", f"overrides:={overrides}", "-p", f"out:={run_dir}",
             "-p", f"color_topic:={t['color']}", "-p", f"depth_topic:={t['depth']}", "-p", f"camera_info_topic:={t['info']}",
@@ -82,12 +83,13 @@ def _play(ros2, record: Path, *args: str) -> subprocess.CompletedProcess:
                           start_new_session=True)
 
 
-def _run(ros2, name: str, node_params: list, player_args: list) -> tuple[dict, Path, str, subprocess.CompletedProcess]:
+def _run(ros2, name: str, node_params: list, player_args: list,
+         overrides: tuple = ()) -> tuple[dict, Path, str, subprocess.CompletedProcess]:
     """Start the node, play, stop the node with SIGINT (it writes its run folder);
     -> record, run folder, node log, the player's result."""
     tmp = ros2["tmp"]
     run_dir, log = tmp / f"{name}_run", tmp / f"{name}_node.log"
-    node = start(_node_cmd(ros2, run_dir, *node_params), ros2["env"], log)
+    node = start(_node_cmd(ros2, run_dir, *node_params, overrides=overrides), ros2["env"], log)
     try:
         player = _play(ros2, tmp / f"{name}_record.json", *player_args)
     finally:
@@ -96,6 +98,12 @@ def _run(ros2, name: str, node_params: list, player_args: list) -> tuple[dict, P
     assert node.returncode == 0, f"node exit code {node.returncode}:\n{text[-3000:]}"
     assert (tmp / f"{name}_record.json").exists(), f"player:\n{player.stdout}\n{player.stderr[-3000:]}\nnode:\n{text[-3000:]}"
     return json.loads((tmp / f"{name}_record.json").read_text()), run_dir, text, player
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _frame_numbers(times: list, stamps: np.ndarray) -> list:
@@ -113,9 +121,12 @@ def offline_bag_run(ros2) -> Path:
 
 
 def test_live_camera_rate_odometry_render_cloud_save_map_and_trajectory(ros2, offline_bag_run, capsys):
+    grpc_port, web_port = _free_port(), _free_port()
+    live_view = ("viewer.serve=true", "viewer.bind=127.0.0.1", f"viewer.grpc_port={grpc_port}",
+                 f"viewer.web_port={web_port}")    # the browser view of the live map (no effect on the poses)
     rec, run_dir, log, player = _run(
         ros2, "live", ["queue_policy:=block", "sub_queue_size:=100", "cloud_period_s:=0.01", "render_period_s:=0.01"],
-        ["--last", str(N_FRAMES), "--reliability", "reliable", "--save-map"])
+        ["--last", str(N_FRAMES), "--reliability", "reliable", "--save-map"], overrides=live_view)
     assert player.returncode == 0, f"{player.stdout}\n{player.stderr[-3000:]}\nnode:\n{log[-3000:]}"
     stamps = sample_stamps(N_FRAMES)
     # a camera: the player kept the recorded 30 Hz, it did not wait for the SLAM
@@ -156,6 +167,10 @@ def test_live_camera_rate_odometry_render_cloud_save_map_and_trajectory(ros2, of
     t_node, T_node = read_trajectory(run_dir / "trajectory.txt")
     np.testing.assert_allclose(t_node, stamps, atol=1e-6)
     odometry_matches_run_folder(odom, T_node)
+    # the node served the live view to browsers (tests/test_web_viewer.py opens one for run_slam)
+    viewer = metrics["viewer"]
+    assert viewer["error"] is None and viewer["payloads_logged"] > 0
+    assert viewer["served"]["grpc"] == f"rerun+http://127.0.0.1:{grpc_port}/proxy" and viewer["served"]["page"] in log
     # the trajectory run_slam computes from a ROS 2 bag of the same frames, pose by pose
     dt, dr = same_trajectory(run_dir / "trajectory.txt", offline_bag_run / "trajectory.txt", POSE_TOL_M, POSE_TOL_RAD)
     with capsys.disabled():

@@ -32,6 +32,7 @@ from slam.map.sphere_map import logit
 from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+from slam.output.viewer import attach_viewer
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
 from slam.ros.live_source import LiveSource
@@ -79,6 +80,7 @@ class SlamBridge:
         self.system.frame_hooks.append(self.journal.hook)
         self.autosaver = Autosaver(self.run_dir, cfg, self.system.result, self.source.stats)
         self.system.keyframe_hooks.append(self.autosaver.hook)
+        self.viewer = self._attach_viewer(cfg)
         self.camera_frame = params.camera_frame or ""
         self.drops: dict = {}
         self.qos_incompatible: dict = {}   # "topic (peer)" -> {"policy", "count"}
@@ -102,6 +104,20 @@ class SlamBridge:
         self.metrics: Optional[dict] = None
         log.info("ROS bridge: colour '%s', depth '%s', camera_info '%s', tf mode %s, run folder %s",
                  self.topics["color"], self.topics["depth"], self.topics["info"], self.tf_mode, self.run_dir)
+
+    def _attach_viewer(self, cfg: Config):
+        """The rerun live view (``viewer.*``: e.g. ``viewer.serve=true`` for browsers), or None.
+        A viewer problem is logged and never stops the node."""
+        if not (cfg.viewer.enabled or cfg.viewer.rrd or cfg.viewer.serve):   # rerun is not even imported
+            return None
+        try:
+            viewer = attach_viewer(self.system, cfg.viewer)
+        except Exception as exc:  # noqa: BLE001 - see docstring
+            log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
+            return None
+        if viewer.live is not None:
+            log.info("live view in a browser: %s (native viewer: rerun %s)", viewer.live.page_url, viewer.live.grpc_url)
+        return viewer
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -141,6 +157,8 @@ class SlamBridge:
             stats = self.input_stats()
             self.journal.close()
             self.autosaver.close()
+            if self.viewer is not None:
+                self.viewer.close()
             result = self.system.result()
             metrics = collect_metrics(result, stats, self.cfg.output.eval_images_every)
             metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
@@ -148,6 +166,8 @@ class SlamBridge:
                                     "published_odometry": self.published,
                                     "qos_incompatible": dict(self.qos_incompatible)}
             metrics["autosave"] = self.autosaver.stats()
+            if self.viewer is not None:
+                metrics["viewer"] = self.viewer.stats()
             write_outputs(self.run_dir, self.cfg, result, metrics)
             log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
             print(summary_text(metrics, self.run_dir), flush=True)
