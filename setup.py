@@ -64,7 +64,7 @@ setup(
         "ninja",
         "psutil",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7", "selenium>=4.10"]},   # selenium drives Chromium in tests/test_web_viewer.py
     entry_points={
         "console_scripts": [
             "run_slam=slam.cli:main",

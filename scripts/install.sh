@@ -3,6 +3,9 @@
 #   bash scripts/install.sh          # the package
 #   bash scripts/install.sh --test   # the package plus test tools
 #   bash scripts/install.sh --test --ros1   # ... plus Debian's ROS 1 for the ROS integration test
+#   bash scripts/install.sh --ros2          # ... plus ROS 2 Jazzy's Python client (rclpy + messages,
+#                                           #     wheels from PyPI, CPython 3.11 x86-64 only) for the ROS 2 test
+#   bash scripts/install.sh --browser       # ... plus Debian's Chromium + ChromeDriver (live web viewer test)
 # torch is installed before the package so that pip never pulls a multi-GB CUDA build on a
 # CPU machine. On a Jetson, install NVIDIA's torch wheel for your JetPack into the venv first
 # (see README): an existing torch is kept.
@@ -12,11 +15,15 @@ VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 EXTRA=""
 ROS1=0
+ROS2=0
+BROWSER=0
 for arg in "$@"; do
   case "$arg" in
     --test) EXTRA="[test]" ;;
     --ros1) ROS1=1 ;;
-    *) echo "install.sh: unknown option $arg (use --test, --ros1)" >&2; exit 2 ;;
+    --ros2) ROS2=1 ;;
+    --browser) BROWSER=1 ;;
+    *) echo "install.sh: unknown option $arg (use --test, --ros1, --ros2, --browser)" >&2; exit 2 ;;
   esac
 done
 
@@ -40,5 +47,11 @@ fi
 "$VENV/bin/python" -m pip install -q ".$EXTRA"
 if [ "$ROS1" = 1 ]; then
   bash scripts/install_ros1.sh
+fi
+if [ "$ROS2" = 1 ]; then
+  VENV="$VENV" bash scripts/install_ros2.sh
+fi
+if [ "$BROWSER" = 1 ]; then
+  bash scripts/install_browser.sh
 fi
 echo "installed into $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

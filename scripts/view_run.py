@@ -127,10 +127,10 @@ def main(argv=None) -> int:
         print(f"view_run: {run}: not a run folder (no map.ply or trajectory.txt)", file=sys.stderr)
         return 2
     from slam.map.map_io import MapFormatError
-    from slam.output.viewer import open_recording
+    from slam.output.viewer_sinks import open_recording
 
-    rec = open_recording(args.rrd, spawn=args.rrd is None and args.connect is None, connect=args.connect,
-                         blueprint=_blueprint())
+    rec, _ = open_recording(args.rrd, spawn=args.rrd is None and args.connect is None, connect=args.connect,
+                            blueprint=_blueprint())
     try:
         done = log_run(rec, run, args.max_points)
     except (MapFormatError, ValueError, OSError) as exc:

@@ -5,6 +5,7 @@
     run_slam --config tum.yaml                # TUM fr1/desk, downloaded into the data cache if missing
     run_slam --config realsense.yaml          # a live RealSense camera (data.path: file.bag plays one)
     run_slam --viewer                         # live rerun viewer (--rrd run.rrd: record to a file)
+    run_slam --serve                          # live view in a browser: http://<this machine>:9090
     run_slam --set data.first=75 --map runs/a/map.ply --mode localize   # track on a frozen saved map
 Exit codes: 0 done, 1 a stage failed, 2 bad config or input, 130 interrupted. Outputs so far
 (trajectory, map, metrics) are written in every case once the system has started.
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect", default=None, metavar="URL",
                    help="with --viewer: connect to a running rerun viewer (e.g. rerun+http://host:9876/proxy)")
     p.add_argument("--rrd", default=None, metavar="PATH", help="record the viewer stream to this .rrd file (headless)")
+    p.add_argument("--serve", action="store_true",
+                   help="serve the live view to browsers on the network (viewer.serve; ports viewer.grpc_port, "
+                        "viewer.web_port; viewer.bind=127.0.0.1 for this machine only)")
     p.add_argument("--map", default=None, metavar="PLY",
                    help="start from a saved map (map.ply with its map.keyframes.npz next to it)")
     p.add_argument("--mode", choices=["slam", "localize", "continue"], default=None,
@@ -93,6 +97,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # Command-line flags over the config.
     cfg.viewer.enabled = cfg.viewer.enabled or args.viewer or args.connect is not None
     cfg.viewer.rrd = args.rrd or cfg.viewer.rrd
+    cfg.viewer.serve = cfg.viewer.serve or args.serve
     mode = args.mode or ("localize" if args.map else "slam")
     if (mode == "slam") != (args.map is None):
         print("run_slam: --mode localize/continue needs --map PLY, and --map needs one of them", file=sys.stderr)
@@ -136,12 +141,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     viewer = None
-    if cfg.viewer.enabled or cfg.viewer.rrd:  # rerun is imported only when a viewer is wanted
+    if cfg.viewer.enabled or cfg.viewer.rrd or cfg.viewer.serve:  # rerun is imported only when a viewer is wanted
         try:
             viewer = attach_viewer(system, cfg.viewer, connect=args.connect)
         except Exception as exc:  # noqa: BLE001 - a viewer problem must not stop the run
             log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
             print(f"run_slam: viewer disabled: {exc}", file=sys.stderr)
+        else:
+            if viewer.live is not None:
+                log.info("live view: %s (data %s)", viewer.live.page_url, viewer.live.grpc_url)
+                print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
+                      f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
     rc = 0
     try:
         system.run(source, progress)

@@ -56,6 +56,10 @@ def test_unknown_key_names_key_and_close_match(tmp_path):
         ("mapping.lr_means=[1]", r"mapping\.lr_means: expected a number"),
         ("tracking.analytic_iters=-1", r"tracking\.analytic_iters: must be >= 0"),
         ("mapping.keyframe_downscale=0", r"mapping\.keyframe_downscale: must be >= 1"),
+        ("viewer.bind=robot.local", r"viewer\.bind: an IP address"),
+        ("viewer.web_port=9876", r"viewer\.grpc_port / viewer\.web_port: .*different"),
+        ("viewer.grpc_port=0", r"viewer\.grpc_port / viewer\.web_port: ports 1-65535"),
+        ("viewer.server_memory_mb=0", r"viewer\.server_memory_mb: must be >= 1"),
     ],
 )
 def test_wrong_values_fail_with_the_key(override, message):

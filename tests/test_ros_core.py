@@ -396,7 +396,8 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
 
     cfg = load_config("default.yaml", ["system.threaded=false", "system.device=cpu", "tracking.iters=2",
                                        "mapping.iters=3", "output.plots=false", "system.progress=false"])
-    params = RosParams(out=str(tmp_path / "run"), queue_policy="block", cloud_period_s=0.01, render_period_s=0.01)
+    params = RosParams(out=str(tmp_path / "run"), queue_policy="block", cloud_period_s=0.01, render_period_s=0.01,
+                       max_pending=2)   # lossless mode: up to max_pending pairs wait for CameraInfo
     sink = FakeSink()
     bridge = SlamBridge(params, cfg, sink)
     bridge.start()

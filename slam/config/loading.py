@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import typing
 from pathlib import Path
 from typing import Any, List, Literal, Optional
@@ -218,6 +219,17 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
     if cfg.tracking.analytic_iters < 0:
         raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
+    v = cfg.viewer
+    if not 1 <= v.grpc_port <= 65535 or not 0 <= v.web_port <= 65535 or (v.web_port and v.web_port == v.grpc_port):
+        raise ConfigError(f"viewer.grpc_port / viewer.web_port: ports 1-65535 (web 0 = no page), different, "
+                          f"got {v.grpc_port} / {v.web_port}")
+    if v.server_memory_mb < 1:
+        raise ConfigError(f"viewer.server_memory_mb: must be >= 1, got {v.server_memory_mb}")
+    try:
+        ipaddress.ip_address(v.bind)
+    except ValueError:
+        raise ConfigError(f"viewer.bind: an IP address (0.0.0.0 = every interface, 127.0.0.1 = this machine), "
+                          f"got '{v.bind}'") from None
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

@@ -179,10 +179,23 @@ class OutputConfig:
 
 @dataclass
 class ViewerConfig:
+    """The rerun live view (slam/output/viewer.py, docs/VIEWER.md)."""
+
     enabled: bool = False           # spawn / connect to a rerun viewer
     rrd: Optional[str] = None       # record to this .rrd file instead
     map_every: int = 10             # log the map every N frames
     max_points: int = 100_000
+    # Serve the live view to browsers on the network (run_slam --serve): rerun's gRPC server
+    # (the data, TCP grpc_port, bound to `bind`) and its web viewer page (TCP web_port, all
+    # interfaces: rerun-sdk has no bind option for it; 0 = no page). bind 127.0.0.1 = this
+    # machine only (reach it with ssh -L). The server keeps up to server_memory_mb of the
+    # recording for browsers that connect late (oldest data dropped first; it counts in the
+    # process's memory, on a Jetson in the shared DRAM).
+    serve: bool = False
+    bind: str = "0.0.0.0"
+    grpc_port: int = 9876
+    web_port: int = 9090
+    server_memory_mb: float = 256.0
 
 
 @dataclass

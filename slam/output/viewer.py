@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import cv2
@@ -35,11 +32,11 @@ import numpy as np
 import torch
 
 from slam.data.preprocess import scale_K
+from slam.output.viewer_sinks import open_recording
 from slam.runtime.recorder import peak_rss_mb
 
 log = logging.getLogger("slam.output.viewer")
 
-APP_ID = "sphere_slam"
 TIMELINE = "frame"
 SCALARS = ("fps", "spheres", "tracking_loss", "peak_memory_mb")
 
@@ -113,7 +110,10 @@ def default_blueprint(has_gt: bool = True):
     )
     plots = rrb.Horizontal(*[rrb.TimeSeriesView(name=name.replace("_", " "), origin=f"metrics/{name}")
                              for name in SCALARS])
-    left = rrb.Vertical(rrb.Spatial3DView(name="map and trajectory", origin="world"), plots, row_shares=[3, 1])
+    # the input depth is shown in 2D only: projected into the 3D view it would hide the map
+    view3d = rrb.Spatial3DView(name="map and trajectory", origin="world",
+                               contents=["+ $origin/**", "- /world/camera/image/depth"])
+    left = rrb.Vertical(view3d, plots, row_shares=[3, 1])
     return rrb.Blueprint(rrb.Horizontal(left, images, column_shares=[3, 2]), collapse_panels=True)
 
 
@@ -143,6 +143,7 @@ class RerunViewer:
         self.hook_s = 0.0                 # wall time spent in the hook (tracking thread)
         self.thread_cpu_s = 0.0           # CPU time of the viewer thread (its own Python + torch calls)
         self.error: Optional[BaseException] = None
+        self.live = None                  # viewer_sinks.LiveView when served to browsers
         self._thread = threading.Thread(target=self._loop, name="viewer", daemon=True)
         self._thread.start()
 
@@ -259,6 +260,7 @@ class RerunViewer:
         """What the viewer did and cost (for metrics.json)."""
         return {"payloads_logged": self.logged_payloads, "payloads_dropped": self.payloads.dropped,
                 "hook_ms_total": self.hook_s * 1e3, "thread_cpu_s": self.thread_cpu_s,
+                "served": None if self.live is None else {"grpc": self.live.grpc_url, "page": self.live.page_url},
                 "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}"}
 
     # ------------------------------------------------------------------ shutdown
@@ -303,38 +305,12 @@ def _depth_mm(depth: np.ndarray):
     return rr.DepthImage(np.clip(np.round(mm), 0, 65535).astype(np.uint16), meter=1000.0)
 
 
-def open_recording(rrd: Optional[str] = None, spawn: bool = False, connect: Optional[str] = None,
-                   blueprint=None, recording_id: Optional[str] = None):
-    """A rerun ``RecordingStream`` writing to ``rrd`` and/or a viewer (spawned, or at ``connect``)."""
-    import rerun as rr
-
-    rec = rr.RecordingStream(APP_ID, recording_id=recording_id)
-    sinks = []
-    if rrd:
-        Path(rrd).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        sinks.append(rr.FileSink(str(Path(rrd).expanduser())))
-    if connect:
-        sinks.append(rr.GrpcSink(connect))
-    elif spawn:
-
-        local = Path(sys.executable).with_name("rerun")   # the venv's viewer, even when not on PATH
-        exe = str(local) if local.is_file() else shutil.which("rerun")
-        if exe is None:
-            raise RuntimeError("the rerun viewer executable was not found (pip install rerun-sdk); "
-                               "use --rrd to record to a file instead")
-        rr.spawn(connect=False, hide_welcome_screen=True, executable_path=exe)
-        sinks.append(rr.GrpcSink())
-    if not sinks:
-        raise ValueError("the viewer needs a sink: an .rrd path, spawn=True or a connect URL")
-    rec.set_sinks(*sinks, default_blueprint=blueprint)
-    return rec
-
-
 def attach_viewer(system, vcfg, connect: Optional[str] = None) -> RerunViewer:
-    """Open the sinks ``vcfg`` (``ViewerConfig``) asks for and hook a viewer into ``system``."""
-    rec = open_recording(vcfg.rrd, spawn=vcfg.enabled and not connect, connect=connect,
-                         blueprint=default_blueprint())
+    """Open the sinks ``vcfg`` (``ViewerConfig``) asks for and hook a viewer into ``system``;
+    ``viewer.live`` says where browsers find a served view (``viewer.serve``), else None."""
+    rec, live = open_recording(vcfg.rrd, spawn=vcfg.enabled and not connect, connect=connect,
+                               blueprint=default_blueprint(), serve=vcfg if vcfg.serve else None)
     viewer = RerunViewer(rec, system.device, system.cfg.raster.backend, vcfg.map_every, vcfg.max_points)
+    viewer.live = live
     system.frame_hooks.append(viewer.hook)
     return viewer
-

@@ -32,6 +32,7 @@ from slam.map.sphere_map import logit
 from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+from slam.output.viewer import attach_viewer
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
 from slam.ros.live_source import LiveSource
@@ -79,26 +80,44 @@ class SlamBridge:
         self.system.frame_hooks.append(self.journal.hook)
         self.autosaver = Autosaver(self.run_dir, cfg, self.system.result, self.source.stats)
         self.system.keyframe_hooks.append(self.autosaver.hook)
+        self.viewer = self._attach_viewer(cfg)
         self.camera_frame = params.camera_frame or ""
         self.drops: dict = {}
+        self.qos_incompatible: dict = {}   # "topic (peer)" -> {"policy", "count"}
         self.published = 0
         self.error: Optional[BaseException] = None
         self._stamps: "OrderedDict[float, int]" = OrderedDict()
         self._stamps_lock = threading.Lock()
         self._info_lock = threading.Lock()
         self._waiting: deque = deque()   # pairs waiting for the first CameraInfo
+        self._max_waiting = params.queue_size if params.queue_policy == "drop_oldest" else params.max_pending
         self._last = None            # (stamp_ns, T_wc, K, width, height) of the newest tracked frame
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._cloud_throttle = out_data.Throttle(params.cloud_period_s)
         self._render_throttle = out_data.Throttle(params.render_period_s)
         self._cloud_version = -1
+        self._rendered_ns: Optional[int] = None   # stamp of the last frame rendered
         self._worker: Optional[threading.Thread] = None
         self._extras: Optional[threading.Thread] = None
         self._shutdown_lock = threading.Lock()
         self.metrics: Optional[dict] = None
         log.info("ROS bridge: colour '%s', depth '%s', camera_info '%s', tf mode %s, run folder %s",
                  self.topics["color"], self.topics["depth"], self.topics["info"], self.tf_mode, self.run_dir)
+
+    def _attach_viewer(self, cfg: Config):
+        """The rerun live view (``viewer.*``: e.g. ``viewer.serve=true`` for browsers), or None.
+        A viewer problem is logged and never stops the node."""
+        if not (cfg.viewer.enabled or cfg.viewer.rrd or cfg.viewer.serve):   # rerun is not even imported
+            return None
+        try:
+            viewer = attach_viewer(self.system, cfg.viewer)
+        except Exception as exc:  # noqa: BLE001 - see docstring
+            log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
+            return None
+        if viewer.live is not None:
+            log.info("live view in a browser: %s (native viewer: rerun %s)", viewer.live.page_url, viewer.live.grpc_url)
+        return viewer
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -138,12 +157,17 @@ class SlamBridge:
             stats = self.input_stats()
             self.journal.close()
             self.autosaver.close()
+            if self.viewer is not None:
+                self.viewer.close()
             result = self.system.result()
             metrics = collect_metrics(result, stats, self.cfg.output.eval_images_every)
             metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
                                     "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
-                                    "published_odometry": self.published}
+                                    "published_odometry": self.published,
+                                    "qos_incompatible": dict(self.qos_incompatible)}
             metrics["autosave"] = self.autosaver.stats()
+            if self.viewer is not None:
+                metrics["viewer"] = self.viewer.stats()
             write_outputs(self.run_dir, self.cfg, result, metrics)
             log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
             print(summary_text(metrics, self.run_dir), flush=True)
@@ -189,14 +213,15 @@ class SlamBridge:
 
     def _convert(self, pair) -> None:
         """Pair -> frame -> source. Called with ``_info_lock`` held. Pairs that come before the
-        first CameraInfo wait (the newest ``queue_size`` of them) and go on when it arrives."""
+        first CameraInfo wait and go on when it arrives: the newest ``queue_size`` of them when
+        live (``drop_oldest``), up to ``max_pending`` when lossless (``block``)."""
         t_ns, cmsg, dmsg = pair
         try:
             frame = self.assembler.make_frame(t_ns, cmsg, dmsg, source_id=f"{self.topics['color']}@{t_ns * 1e-9:.6f}")
         except FrameDropped as drop:
             if drop.kind == "no_camera_info":
                 self._waiting.append(pair)
-                if len(self._waiting) <= self.params.queue_size:
+                if len(self._waiting) <= self._max_waiting:
                     return
                 self._waiting.popleft()
             n = self.drops.get(drop.kind, 0) + 1
@@ -212,6 +237,18 @@ class SlamBridge:
             self.source.put(frame)
         except Closed:
             pass  # shutting down, or SLAM stopped with an error (already logged)
+
+    def on_qos_incompatible(self, topic: str, peer: str, policy: str, count: int) -> None:
+        """A ``peer`` ('publisher' on an input topic, 'subscriber' of an output) whose QoS cannot
+        match ours was discovered on ``topic``: no messages flow between us. Logged (the hint
+        names the fix for the common case) and counted in metrics.json ``ros_input``."""
+        self.qos_incompatible[f"{topic} ({peer})"] = {"policy": policy, "count": int(count)}
+        hint = ""
+        if peer == "publisher" and policy == "RELIABILITY":
+            hint = ("; the camera publishes best effort: set the node parameter input_reliability to "
+                    "best_effort (the default)")
+        log.warning("QoS mismatch on '%s': a %s with incompatible %s policy (%d so far); no messages flow "
+                    "between them%s", topic, peer, policy, count, hint)
 
     # ------------------------------------------------------------------ outputs
     def _on_tracked(self, frame, rec, snap) -> None:
@@ -266,7 +303,8 @@ class SlamBridge:
             self.sink.publish_cloud(out_data.cloud(t_ns, p.map_frame, snap.means.detach().cpu().numpy(),
                                                    snap.colors.detach().cpu().numpy(), p.rep103_map,
                                                    p.cloud_max_points))
-        if self._render_throttle.ready(now):
+        if t_ns != self._rendered_ns and self._render_throttle.ready(now):   # each tracked frame once at most
+            self._rendered_ns = t_ns
             self.sink.publish_image(self.render(snap, T_wc, K, w, h, t_ns))
 
     def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:

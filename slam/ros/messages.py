@@ -1,7 +1,8 @@
 """Plain output data -> message objects of one flavour: rospy (ROS 1), rclpy (ROS 2) or rosbags.
 
 Every message is built with all fields given as keywords, which all three accept, so the ROS 2
-path is exercised here with ``rosbags``' Humble types even though rclpy cannot be installed. A
+path is exercised with ``rosbags``' Humble types (tests/test_ros_core.py, no ROS needed) and with
+rclpy itself (tests/test_ros2_integration.py, Jazzy wheels; tf2_msgs only with rosbags). A
 ``Flavour`` supplies what differs: the class lookup, the time type (``secs/nsecs`` vs
 ``sec/nanosec``), whether ``Header`` has ``seq`` (ROS 1), and the containers for float64 and
 byte arrays.

@@ -17,6 +17,7 @@ from slam.config import ConfigError
 
 TF_MODES = ("auto", "map_camera", "map_odom_camera", "external_odom")
 QUEUE_POLICIES = ("drop_oldest", "block")
+RELIABILITIES = ("best_effort", "reliable")
 
 
 @dataclass
@@ -42,6 +43,11 @@ class RosParams:
     queue_size: int = 2                  # frames waiting for tracking
     queue_policy: str = "drop_oldest"    # live: drop the oldest waiting frame; replay: block
     sub_queue_size: int = 5              # middleware subscriber queue per topic
+    # ROS 2 only: reliability of the image and CameraInfo subscriptions. best_effort (the
+    # sensor-data profile) connects to best-effort and reliable cameras; reliable (lossless
+    # replay, e.g. `ros2 bag play`) gets nothing from a best-effort camera: the node then logs the
+    # QoS mismatch and counts it in metrics.json (ros_input.qos_incompatible).
+    input_reliability: str = "best_effort"
     cloud_period_s: float = 2.0          # point cloud at most this often (<= 0: never)
     cloud_max_points: int = 100_000      # subsampled (evenly) above this
     render_period_s: float = 0.0         # rendered image at most this often (<= 0: never)
@@ -103,6 +109,9 @@ def _validate(p: RosParams) -> None:
         raise ConfigError(f"node parameter 'tf_mode': '{p.tf_mode}' is not one of {list(TF_MODES)}")
     if p.queue_policy not in QUEUE_POLICIES:
         raise ConfigError(f"node parameter 'queue_policy': '{p.queue_policy}' is not one of {list(QUEUE_POLICIES)}")
+    if p.input_reliability not in RELIABILITIES:
+        raise ConfigError(f"node parameter 'input_reliability': '{p.input_reliability}' is not one of "
+                          f"{list(RELIABILITIES)}")
     if p.tf_mode in ("map_odom_camera", "external_odom") and not p.odom_frame:
         raise ConfigError(f"node parameter 'tf_mode': '{p.tf_mode}' needs a non-empty odom_frame")
     for key in ("queue_size", "sub_queue_size", "cloud_max_points", "max_pending"):

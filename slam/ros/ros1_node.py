@@ -9,11 +9,14 @@ image, camera_info. Publishes: ``~odom`` (nav_msgs/Odometry), ``/tf`` (REP-105),
 by default). Service ``~save_map`` (std_srvs/Trigger). On shutdown (Ctrl-C, SIGTERM,
 ``rosnode kill``) the run folder is written like ``run_slam``'s.
 
-Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when ``rospy`` is not
-importable that path is appended (after the venv's site-packages) and the import retried.
+Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when ``rospy`` is not on
+sys.path that path is appended (after the venv's site-packages), and ROS 1's message packages are
+imported from there even when ROS 2 wheels of the same names are in the venv (``import_rospy``).
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import sys
@@ -32,18 +35,47 @@ BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of lat
 
 
 def import_rospy():
-    """Import rospy, appending Debian's dist-packages to the end of sys.path if needed."""
+    """Import rospy, appending Debian's dist-packages to the end of sys.path if needed.
+
+    ROS 1 and ROS 2 message packages share top-level names (``std_msgs``, ``sensor_msgs``,
+    ``rosgraph_msgs`` ...). When the venv also holds ROS 2's wheels (``install.sh --ros2``), those
+    would shadow ROS 1's, so every message/service package found next to rospy is imported from
+    there (``Ros1PackageFinder``), whatever comes first on sys.path."""
+    root = ros1_root()
+    if root is not None:
+        if root not in sys.path:
+            sys.path.append(root)
+        if not any(isinstance(f, Ros1PackageFinder) for f in sys.meta_path):
+            sys.meta_path.insert(0, Ros1PackageFinder(root))
     try:
         import rospy
-    except ImportError:
-        if os.path.isdir(DIST_PACKAGES) and DIST_PACKAGES not in sys.path:
-            sys.path.append(DIST_PACKAGES)
-        try:
-            import rospy
-        except ImportError as exc:
-            raise SystemExit(f"slam_ros1_node: rospy is not importable ({exc}); install ROS 1 "
-                             "(scripts/install_ros1.sh on Debian, or source /opt/ros/noetic/setup.bash)") from None
+    except ImportError as exc:
+        raise SystemExit(f"slam_ros1_node: rospy is not importable ({exc}); install ROS 1 "
+                         "(scripts/install_ros1.sh on Debian, or source /opt/ros/noetic/setup.bash)") from None
     return rospy
+
+
+def ros1_root() -> Optional[str]:
+    """The sys.path entry (or Debian's dist-packages) that holds rospy; None when none does."""
+    for entry in [*sys.path, DIST_PACKAGES]:
+        if entry and os.path.isfile(os.path.join(entry, "rospy", "__init__.py")):
+            return entry
+    return None
+
+
+class Ros1PackageFinder(importlib.abc.MetaPathFinder):
+    """Imports the ROS 1 message/service packages (folders with ``msg/`` or ``srv/``) of ``root``
+    from ``root`` only, ahead of sys.path (where ROS 2 packages of the same names may come first)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.names = {d for d in os.listdir(root)
+                      if os.path.isdir(os.path.join(root, d, "msg")) or os.path.isdir(os.path.join(root, d, "srv"))}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.names:   # top-level only: submodules follow the package's __path__
+            return importlib.machinery.PathFinder.find_spec(fullname, [self.root])
+        return None
 
 
 class Ros1Sink:

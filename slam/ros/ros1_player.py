@@ -5,7 +5,8 @@ Publishes RGB-D frames to the node's input topics and records what the node publ
     python -m slam.ros.ros1_player --tum sample --last 20 --record out.json   # frames of a TUM folder
     python -m slam.ros.ros1_player --bag run.bag --record out.json            # replay a ROS 1 bag
 
-``--tum``: colour as rgb8, depth as 16UC1 millimetres, CameraInfo before every frame.
+``--tum``: colour as rgb8, depth as 16UC1 millimetres, CameraInfo before every frame
+(``slam.ros.playback``, the same bytes as the ROS 2 player and the tests' bags).
 ``--bag``: every message of the bag's colour/depth/camera_info topics, in recording order and
 byte for byte (raw ROS 1 serialisation, like ``rosbag play``). Pacing: lock-step by default
 (after each colour/depth pair, wait until the node has published that many Odometry messages, so
@@ -22,10 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
-from slam.data.tum import TumSource
-from slam.resources import resolve_data_path
+from slam.ros.playback import projection, ros_frames
 from slam.ros.ros1_node import import_rospy
 
 
@@ -34,19 +32,16 @@ def _tum_messages(path: str, first: int, last: int, topics: dict, frame_id: str)
     from sensor_msgs.msg import CameraInfo, Image
 
     rospy = import_rospy()
-    src = TumSource(resolve_data_path(path), first=first, last=last)
-    for f in src:
-        ns = int(round(f.timestamp * 1e6)) * 1000   # stamps of the TUM files have microseconds
-        stamp = rospy.Time(ns // 1_000_000_000, ns % 1_000_000_000)
+    for f in ros_frames(path, first, last):
+        stamp = rospy.Time(f.stamp_ns // 1_000_000_000, f.stamp_ns % 1_000_000_000)
         h, w = f.height, f.width
         info = CameraInfo(width=w, height=h, distortion_model="plumb_bob", D=[0.0] * 5,
                           K=f.K.reshape(-1).tolist(), R=[1, 0, 0, 0, 1, 0, 0, 0, 1],
-                          P=[f.K[0, 0], 0, f.K[0, 2], 0, 0, f.K[1, 1], f.K[1, 2], 0, 0, 0, 1, 0])
+                          P=projection(f.K).reshape(-1).tolist())
         info.header.stamp, info.header.frame_id = stamp, frame_id
         color = Image(height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3, data=f.color.tobytes())
         color.header.stamp, color.header.frame_id = stamp, frame_id
-        mm = np.clip(np.rint(f.depth * 1000.0), 0, 65535).astype("<u2")
-        depth = Image(height=h, width=w, encoding="16UC1", is_bigendian=0, step=w * 2, data=mm.tobytes())
+        depth = Image(height=h, width=w, encoding="16UC1", is_bigendian=0, step=w * 2, data=f.depth_mm.tobytes())
         depth.header.stamp, depth.header.frame_id = stamp, frame_id
         yield topics["info"], info
         yield topics["color"], color

@@ -1,31 +1,40 @@
-"""ROS 2 (rclpy) node: a thin layer over ``slam.ros.bridge.SlamBridge`` (Humble and newer).
+"""ROS 2 (rclpy) node: a thin layer over ``slam.ros.bridge.SlamBridge`` (Humble, Jazzy).
 
     slam_ros2_node --ros-args -p config:=tum.yaml -p overrides:="['system.device=cuda']" \
         -p odom_frame:=odom
     ros2 launch slam/ros/launch/sphere_slam.launch.py config:=base.yaml
 (console entry point ``slam_ros2_node=slam.ros.ros2_node:main``; see docs/ROS.md)
 
-Same parameters, topics, frames and run folder as the ROS 1 node. Inputs use the sensor-data
-QoS (best effort, keep last ``sub_queue_size``: accepts reliable and best-effort publishers,
-never stalls the driver). Outputs: ``~/odom`` (reliable, depth 50), ``/tf`` (tf2_ros),
-``~/cloud`` (reliable, transient local, depth 1: late subscribers get the last cloud),
-``~/rendered``. Service ``~/save_map`` (std_srvs/Trigger). Not runnable on the development
-machines (Debian 12 has no ROS 2): the message building it uses is tested with rosbags' Humble
-types (tests/test_ros_core.py); this file itself is untested.
+Same parameters, topics, frames and run folder as the ROS 1 node. Inputs: reliability from the
+``input_reliability`` parameter (default best effort = the sensor-data profile: connects to
+best-effort and reliable cameras, never stalls the driver), keep last ``sub_queue_size``; one
+callback group per topic, so each topic's messages are handled in order while colour and depth
+run in parallel. Outputs: ``~/odom`` and ``~/tracking_status`` (reliable, depth 50), ``/tf``
+(tf2_ros, when importable: there are no tf2 wheels for the pip-installed ROS 2; without it no
+TF is published and ``tf_mode: external_odom`` is refused), ``~/cloud`` (reliable, transient
+local, depth 1: late subscribers get the last cloud), ``~/rendered``. Service ``~/save_map``
+(std_srvs/Trigger). A peer with incompatible QoS on any of these topics is logged and counted
+in metrics.json (``ros_input.qos_incompatible``). Tested for real in tests/test_ros2_integration.py.
+
+rclpy, the message packages and tf2_ros are imported inside the functions: they are optional
+(the package installs and its other tests run without ROS 2).
 """
 from __future__ import annotations
 
 import logging
+import signal
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from slam.config import ConfigError, load_config
+from slam.data.trajectory_io import quat_to_rot
 from slam.ros.bridge import SlamBridge
 from slam.ros.messages import MessageFactory, rclpy_flavour
-from slam.ros.params import default_values, params_from_mapping
-from slam.data.trajectory_io import quat_to_rot
+from slam.ros.params import RosParams, default_values, params_from_mapping
+
+log = logging.getLogger("slam.ros")
 
 
 def import_rclpy():
@@ -33,33 +42,87 @@ def import_rclpy():
         import rclpy
     except ImportError as exc:
         raise SystemExit(f"slam_ros2_node: rclpy is not importable ({exc}); source your ROS 2 setup "
-                         "(e.g. /opt/ros/humble/setup.bash) in the shell that runs the node") from None
+                         "(e.g. /opt/ros/humble/setup.bash) in the shell that runs the node, or install "
+                         "the Jazzy wheels (scripts/install_ros2.sh)") from None
     return rclpy
+
+
+def import_tf2_ros():
+    """tf2_ros, or None where it is not installed (the pip-installed ROS 2 has no tf2 wheels)."""
+    try:
+        import tf2_ros
+    except ImportError:
+        return None
+    return tf2_ros
+
+
+def resolved_name(node, name: str) -> str:
+    """``~/odom`` -> ``/sphere_slam/odom`` (the name as given where rclpy cannot resolve it)."""
+    resolve = getattr(node, "resolve_topic_name", None)
+    return resolve(name) if resolve is not None else name
+
+
+QosReport = Callable[[str, str, str, int], None]   # (topic, peer, policy name, total count)
+
+
+def qos_event_callbacks(kind: str, topic: str, report: Callable[[], Optional[QosReport]]):
+    """rclpy event callbacks ('publisher' or 'subscription') that pass incompatible-QoS events
+    of ``topic`` to ``report()`` (looked up at event time: the bridge exists after the sink)."""
+    try:
+        from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+    except ImportError:   # Humble: the same classes under their older module name
+        from rclpy.qos_event import PublisherEventCallbacks, SubscriptionEventCallbacks
+    from rclpy.qos import qos_policy_name_from_kind
+
+    peer = "subscriber" if kind == "publisher" else "publisher"
+
+    def on_event(event) -> None:
+        fn = report()
+        if fn is not None:
+            fn(topic, peer, qos_policy_name_from_kind(event.last_policy_kind), event.total_count)
+
+    cls = PublisherEventCallbacks if kind == "publisher" else SubscriptionEventCallbacks
+    return cls(incompatible_qos=on_event)
 
 
 class Ros2Sink:
     """Publishers, TF broadcaster and TF lookups of the rclpy node (``bridge.Sink``)."""
 
-    def __init__(self, node, external_odom: bool) -> None:
-        import tf2_ros
+    def __init__(self, node, tf_mode: str, publish_tf: bool) -> None:
         from nav_msgs.msg import Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
 
         self.node = node
+        self.qos_report: Optional[QosReport] = None
         self.make = MessageFactory(rclpy_flavour())
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.odom_pub = node.create_publisher(Odometry, "~/odom", 50)
-        self.status_pub = node.create_publisher(String, "~/tracking_status", 50)
-        self.cloud_pub = node.create_publisher(PointCloud2, "~/cloud", latched)
-        self.image_pub = node.create_publisher(Image, "~/rendered", 1)
-        self.tf = tf2_ros.TransformBroadcaster(node)
-        self.buffer = None
-        if external_odom:
-            self.buffer = tf2_ros.Buffer()
-            self._listener = tf2_ros.TransformListener(self.buffer, node)
+
+        def pub(msg_type, name, qos):
+            topic = resolved_name(node, name)
+            return node.create_publisher(msg_type, name, qos,
+                                         event_callbacks=qos_event_callbacks("publisher", topic, lambda: self.qos_report))
+
+        self.odom_pub = pub(Odometry, "~/odom", 50)
+        self.status_pub = pub(String, "~/tracking_status", 50)
+        self.cloud_pub = pub(PointCloud2, "~/cloud", latched)
+        self.image_pub = pub(Image, "~/rendered", 1)
+        tf2_ros = import_tf2_ros()
+        self.tf = self.buffer = None
+        if tf2_ros is None:
+            if tf_mode == "external_odom":
+                raise ConfigError("tf_mode 'external_odom' needs tf2_ros (install your distribution's "
+                                  "tf2_ros package, e.g. ros-humble-tf2-ros-py)")
+            if publish_tf:
+                log.warning("tf2_ros is not importable: no TF is published (~/odom carries the pose); "
+                            "install your distribution's tf2_ros package for TF")
+        else:
+            self.tf = tf2_ros.TransformBroadcaster(node)
+            if tf_mode == "external_odom":
+                self.buffer = tf2_ros.Buffer()
+                self._listener = tf2_ros.TransformListener(self.buffer, node)
 
     def publish_odometry(self, d) -> None:
         self.odom_pub.publish(self.make.odometry(d))
@@ -68,7 +131,8 @@ class Ros2Sink:
         self.status_pub.publish(self.make.status(d))
 
     def publish_transforms(self, items) -> None:
-        self.tf.sendTransform([self.make.transform(d) for d in items])
+        if self.tf is not None:
+            self.tf.sendTransform([self.make.transform(d) for d in items])
 
     def publish_cloud(self, d) -> None:
         self.cloud_pub.publish(self.make.cloud(d))
@@ -94,10 +158,11 @@ class Ros2Sink:
 
 def declare_params(node) -> dict:
     """Declare every node parameter with its default; -> the values as a plain dict."""
+    from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+
     out = {}
     for name, default in default_values().items():
         if isinstance(default, list):   # a string array needs a typed, non-empty default in rclpy
-            from rcl_interfaces.msg import ParameterDescriptor, ParameterType
             value = node.declare_parameter(name, [""], ParameterDescriptor(type=ParameterType.PARAMETER_STRING_ARRAY)).value
             out[name] = [v for v in value if v]
         else:
@@ -105,49 +170,75 @@ def declare_params(node) -> dict:
     return out
 
 
-def main(argv: Optional[list] = None) -> int:
-    rclpy = import_rclpy()
-    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+def input_qos(params: RosParams):
+    """QoS of the image and CameraInfo subscriptions (keep last ``sub_queue_size``)."""
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import CameraInfo, Image
-    from std_srvs.srv import Trigger
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = rclpy.create_node("sphere_slam")
+    reliability = ReliabilityPolicy.RELIABLE if params.input_reliability == "reliable" else ReliabilityPolicy.BEST_EFFORT
+    return QoSProfile(depth=params.sub_queue_size, history=HistoryPolicy.KEEP_LAST, reliability=reliability)
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt()
+
+
+def _console_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(name)s: %(message)s"))
     logging.getLogger("slam").addHandler(handler)
     logging.getLogger("slam").setLevel(logging.INFO)
+
+
+def main(argv: Optional[list] = None) -> int:
+    rclpy = import_rclpy()
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+    from sensor_msgs.msg import CameraInfo, Image
+    from std_srvs.srv import Trigger
+
+    # Our own SIGINT/SIGTERM handling: rclpy's would invalidate the context at once, and the
+    # frames still queued could not publish their odometry while shutdown finishes them.
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    node = rclpy.create_node("sphere_slam")
+    _console_logging()
     try:
         params = params_from_mapping(declare_params(node))
         cfg = load_config(params.config, params.overrides)
+        sink = Ros2Sink(node, params.resolved_tf_mode(), params.publish_tf)
     except (ConfigError, FileNotFoundError) as exc:
         node.get_logger().fatal(f"slam_ros2_node: {exc}")
         node.destroy_node()
         rclpy.try_shutdown()
         return 2
-    bridge = SlamBridge(params, cfg, Ros2Sink(node, params.resolved_tf_mode() == "external_odom"))
+    bridge = SlamBridge(params, cfg, sink)
+    sink.qos_report = bridge.on_qos_incompatible
     bridge.start()
     t = bridge.topics
-    qos = QoSProfile(depth=params.sub_queue_size, history=HistoryPolicy.KEEP_LAST,   # = sensor-data QoS
-                     reliability=ReliabilityPolicy.BEST_EFFORT)
-    images = ReentrantCallbackGroup()   # colour and depth callbacks may run in parallel (matcher locks)
-    node.create_subscription(CameraInfo, t["info"], bridge.on_camera_info, qos, callback_group=images)
-    node.create_subscription(Image, t["color"], bridge.on_color, qos, callback_group=images)
-    node.create_subscription(Image, t["depth"], bridge.on_depth, qos, callback_group=images)
+    qos = input_qos(params)
+    # One mutually exclusive group per topic: a topic's messages are handled one at a time, in
+    # arrival order (the stamp matcher drops out-of-order ones), colour and depth in parallel.
+    # With queue_policy 'block' a callback waits for the tracker; the DDS queue then holds the rest.
+    for msg_type, topic, callback in ((CameraInfo, t["info"], bridge.on_camera_info),
+                                      (Image, t["color"], bridge.on_color), (Image, t["depth"], bridge.on_depth)):
+        events = qos_event_callbacks("subscription", resolved_name(node, topic), lambda: bridge.on_qos_incompatible)
+        node.create_subscription(msg_type, topic, callback, qos, callback_group=MutuallyExclusiveCallbackGroup(),
+                                 event_callbacks=events)
 
     def save(_req, resp):
         resp.success, resp.message = bridge.save_map()
         return resp
 
     node.create_service(Trigger, "~/save_map", save, callback_group=MutuallyExclusiveCallbackGroup())
-    node.get_logger().info(f"waiting for '{t['color']}' + '{t['depth']}' (camera_info '{t['info']}'); "
-                           f"run folder {bridge.run_dir}")
-    executor = MultiThreadedExecutor(num_threads=4)
+    node.get_logger().info(f"waiting for '{t['color']}' + '{t['depth']}' (camera_info '{t['info']}', "
+                           f"{params.input_reliability}); run folder {bridge.run_dir}")
+    executor = MultiThreadedExecutor(num_threads=5)
     executor.add_node(node)
     try:
-        executor.spin()
+        while rclpy.ok():   # short waits: the Python signal handlers run between them
+            executor.spin_once(timeout_sec=0.2)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
