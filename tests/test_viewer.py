@@ -131,3 +131,26 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     paths = {c.entity_path for c in rc.RrdReader(str(view)).store().stream()}
     assert {"/world/map", "/world/mesh", "/world/trajectory/estimate", "/world/trajectory/ground_truth",
             "/world/camera", "/world/camera/image/rgb"} <= paths
+
+
+def test_viewer_without_rerun_or_with_an_old_one_says_what_to_install(monkeypatch):
+    import builtins
+
+    import pytest
+    import rerun
+
+    from slam.output.viewer_sinks import open_recording
+
+    monkeypatch.setattr(rerun, "__version__", "0.23.1")      # no set_sinks, no server sink to bind
+    with pytest.raises(RuntimeError, match=r"rerun-sdk >= 0\.36, found 0\.23\.1"):
+        open_recording(rrd="unused.rrd")
+    real_import = builtins.__import__
+
+    def no_rerun(name, *a, **k):
+        if name.split(".")[0] == "rerun":
+            raise ImportError(f"No module named '{name}'")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_rerun)
+    with pytest.raises(RuntimeError, match=r"pip install 'sphere-slam\[viewer\]'"):
+        open_recording(rrd="unused.rrd")
