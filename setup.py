@@ -49,7 +49,6 @@ setup(
         "opencv-python-headless>=4.8",
         "numpy>=1.24",
         "pyyaml>=6",
-        "rerun-sdk>=0.18",
         "evo>=1.28",
         "rosbags>=0.10",
         "plyfile>=1.0",
@@ -64,7 +63,14 @@ setup(
         "ninja",
         "psutil",
     ],
-    extras_require={"test": ["pytest>=7", "selenium>=4.10"]},   # selenium drives Chromium in tests/test_web_viewer.py
+    extras_require={
+        # the rerun live view / recordings (run_slam --viewer/--rrd/--serve): optional because
+        # rerun-sdk >= 0.24 needs NumPy 2, which NVIDIA's torch for JetPack 6 is not built for
+        # (docs/JETSON.md); 0.36 is the first with a gRPC server sink that can be bound to an address
+        "viewer": ["rerun-sdk>=0.36"],
+        # selenium drives Chromium in tests/test_web_viewer.py
+        "test": ["pytest>=7", "selenium>=4.10", "rerun-sdk>=0.36"],
+    },
     entry_points={
         "console_scripts": [
             "run_slam=slam.cli:main",

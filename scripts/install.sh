@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command install into ./.venv (or $VENV): system library, torch first, then the package.
-#   bash scripts/install.sh          # the package
+#   bash scripts/install.sh          # the package with its live viewer (extra "viewer": rerun-sdk)
 #   bash scripts/install.sh --test   # the package plus test tools
+#   NO_VIEWER=1 bash scripts/install.sh   # without rerun-sdk (a Jetson whose torch needs NumPy 1, docs/JETSON.md)
 #   bash scripts/install.sh --test --ros1   # ... plus Debian's ROS 1 for the ROS integration test
 #   bash scripts/install.sh --ros2          # ... plus ROS 2 Jazzy's Python client (rclpy + messages,
 #                                           #     wheels from PyPI, CPython 3.11 x86-64 only) for the ROS 2 test
@@ -13,13 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
-EXTRA=""
+EXTRAS="viewer"          # the rerun live view (optional in setup.py: not installable with NumPy 1)
+if [ "${NO_VIEWER:-0}" = 1 ]; then EXTRAS=""; fi
 ROS1=0
 ROS2=0
 BROWSER=0
 for arg in "$@"; do
   case "$arg" in
-    --test) EXTRA="[test]" ;;
+    --test) EXTRAS="${EXTRAS:+$EXTRAS,}test" ;;
     --ros1) ROS1=1 ;;
     --ros2) ROS2=1 ;;
     --browser) BROWSER=1 ;;
@@ -44,7 +46,7 @@ fi
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 fi
-"$VENV/bin/python" -m pip install -q ".$EXTRA"
+"$VENV/bin/python" -m pip install -q ".${EXTRAS:+[$EXTRAS]}"
 if [ "$ROS1" = 1 ]; then
   bash scripts/install_ros1.sh
 fi

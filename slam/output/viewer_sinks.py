@@ -24,6 +24,20 @@ from typing import Optional
 from urllib.parse import quote
 
 APP_ID = "sphere_slam"
+MIN_RERUN = (0, 36)     # set_sinks (0.24) and a gRPC server sink bound to an address (0.36)
+
+
+def import_rerun():
+    """rerun, or a clear error when it is missing (the optional ``viewer`` extra) or too old."""
+    try:
+        import rerun as rr
+    except ImportError:
+        raise RuntimeError("the viewer needs rerun-sdk (pip install 'sphere-slam[viewer]'; not installable "
+                           "next to NumPy 1, see docs/JETSON.md)") from None
+    version = tuple(int(p) for p in rr.__version__.split(".")[:2] if p.isdigit())
+    if version < MIN_RERUN:
+        raise RuntimeError(f"the viewer needs rerun-sdk >= {'.'.join(map(str, MIN_RERUN))}, found {rr.__version__}")
+    return rr
 
 
 @dataclass(frozen=True)
@@ -60,15 +74,13 @@ def live_view_urls(host: str, grpc_port: int, web_port: int) -> LiveView:
 def serve_sink(bind: str, grpc_port: int, server_memory_mb: float):
     """A rerun gRPC server sink bound to ``bind``:``grpc_port``, buffering at most
     ``server_memory_mb`` of the recording (the oldest non-static data is dropped beyond it)."""
-    import rerun as rr
-
+    rr = import_rerun()
     return rr.GrpcServerSink(bind_ip=bind, port=int(grpc_port), server_memory_limit=f"{int(server_memory_mb)}MiB")
 
 
 def serve_web_page(web_port: int, grpc_url: str) -> None:
     """Serve rerun's web viewer page on ``web_port`` (all interfaces) until the process exits."""
-    import rerun as rr
-
+    rr = import_rerun()
     rr.serve_web_viewer(web_port=int(web_port), open_browser=False, connect_to=grpc_url)
 
 
@@ -77,8 +89,7 @@ def open_recording(rrd: Optional[str] = None, spawn: bool = False, connect: Opti
     """A rerun ``RecordingStream`` writing to ``rrd`` and/or a viewer (spawned, or at ``connect``)
     and/or served to browsers. ``serve``: an object with ``bind``, ``grpc_port``, ``web_port``,
     ``server_memory_mb`` (``ViewerConfig``) or None. -> (recording, ``LiveView`` or None)."""
-    import rerun as rr
-
+    rr = import_rerun()
     rec = rr.RecordingStream(APP_ID, recording_id=recording_id)
     sinks = []
     live = None

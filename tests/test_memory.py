@@ -1,0 +1,54 @@
+"""Host memory: what a run keeps out of the process (heavy optional imports) and the keyframe side
+file written without a stacked copy of the keyframe store."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from slam.map.map_io import load_keyframes, save_keyframes
+from slam.mapping.keyframes import Keyframe
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}
+# Imported only when asked for: mesh export (open3d), plots (matplotlib), the viewer (rerun), the
+# gsplat comparison backend, bag datasets (rosbags), the ROS nodes, the browser test (selenium).
+NOT_AT_RUN_TIME = ("open3d", "matplotlib", "rerun", "gsplat", "rosbags", "rclpy", "rospy", "selenium")
+
+
+def _store(n: int, h: int = 240, w: int = 320) -> list:
+    rng = np.random.default_rng(0)
+    K = np.array([[260.0, 0, 159.5], [0, 260.0, 119.5], [0, 0, 1]])
+    return [Keyframe(i, float(i), np.eye(4), rng.integers(0, 256, (h, w, 3), dtype=np.uint8),
+                     rng.random((h, w)).astype(np.float16), K) for i in range(n)]
+
+
+def test_side_file_streams_the_keyframe_store(tmp_path):
+    """Peak Python-side allocation while writing stays a small part of the store (np.savez of a
+    stack would need two store-sized copies), and the file reads back exactly."""
+    kfs = _store(40)
+    store_bytes = sum(k.nbytes() for k in kfs)          # 40 x (230 KB + 154 KB) = 15.4 MB
+    path = tmp_path / "map.keyframes.npz"
+    for compress in (False, True):
+        tracemalloc.start()
+        save_keyframes(path, kfs, map_spheres=7, compress=compress)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < 0.1 * store_bytes, f"compress={compress}: peak {peak / 1e6:.1f} MB for a {store_bytes / 1e6:.1f} MB store"
+        back = load_keyframes(path, map_spheres=7)
+        assert len(back) == len(kfs)
+        for a, b in zip(kfs, back):
+            assert np.array_equal(a.color, b.color) and np.array_equal(a.depth, b.depth) and np.array_equal(a.K, b.K)
+
+
+def test_a_run_imports_no_optional_heavy_package(tmp_path):
+    code = ("import sys; from slam.cli import main; "
+            f"rc = main(['--set', 'data.last=3', '--set', 'output.plots=false', '--set', 'mapping.final_iters=0', "
+            f"'--out', r'{tmp_path / 'run'}', '--quiet']); assert rc == 0, rc; "
+            f"bad = [m for m in {NOT_AT_RUN_TIME!r} if m in sys.modules]; assert not bad, bad")
+    res = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
