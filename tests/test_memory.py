@@ -52,3 +52,14 @@ def test_a_run_imports_no_optional_heavy_package(tmp_path):
             f"bad = [m for m in {NOT_AT_RUN_TIME!r} if m in sys.modules]; assert not bad, bad")
     res = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_peak_rss_is_the_programs_own_not_its_parents():
+    """A child started by a big process reports its own peak: getrusage's ru_maxrss would still
+    hold the parent's RSS at fork time (Linux keeps it across exec)."""
+    big = np.ones(800_000_000 // 8)                     # 800 MB, every page touched
+    code = "from slam.runtime.recorder import peak_rss_mb; print(peak_rss_mb())"
+    out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    child_peak = float(out.stdout.strip())
+    assert big.sum() == big.size and 10 < child_peak < 600, child_peak   # imports torch: ~250 MiB

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from slam.data.preprocess import scale_K
-from slam.output.viewer_sinks import open_recording
+from slam.output.viewer_sinks import import_rerun, open_recording
 from slam.runtime.recorder import peak_rss_mb
 
 log = logging.getLogger("slam.output.viewer")
@@ -308,6 +308,7 @@ def _depth_mm(depth: np.ndarray):
 def attach_viewer(system, vcfg, connect: Optional[str] = None) -> RerunViewer:
     """Open the sinks ``vcfg`` (``ViewerConfig``) asks for and hook a viewer into ``system``;
     ``viewer.live`` says where browsers find a served view (``viewer.serve``), else None."""
+    import_rerun()   # a clear error first when rerun is missing or too old
     rec, live = open_recording(vcfg.rrd, spawn=vcfg.enabled and not connect, connect=connect,
                                blueprint=default_blueprint(), serve=vcfg if vcfg.serve else None)
     viewer = RerunViewer(rec, system.device, system.cfg.raster.backend, vcfg.map_every, vcfg.max_points)

@@ -11,7 +11,8 @@ what the node publishes: odometry [stamp s, frame, child, x y z qx qy qz qw], st
 clouds [stamp, frame, width, point_step, field names], rendered images [stamp, encoding, width,
 height, mean pixel value], the QoS mismatches its own publishers saw, and (``--save-map``) the
 answer of the node's ``save_map`` service. Exit code 0 when every frame got its odometry, 4 when
-some did not (the record is written either way), 3 when no node showed up.
+some did not (the record is written either way), 3 when no node showed up. rclpy and the message
+packages are imported inside the functions: ROS 2 is optional.
 """
 from __future__ import annotations
 

@@ -97,7 +97,17 @@ def current_rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process (MB)."""
+    """Peak resident memory of this program (MiB): ``VmHWM`` of /proc/self/status, which starts
+    afresh when the program is exec'd. getrusage's ``ru_maxrss`` (the fallback where /proc is
+    missing) keeps the high-water mark across fork + exec, so a run started by a big process
+    (pytest, a launcher) would report that parent's memory as its own."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return ru / 1024.0 if sys.platform != "darwin" else ru / 1e6
 

@@ -3,7 +3,9 @@
     ros2 launch /path/to/slam/ros/launch/sphere_slam.launch.py config:=base.yaml \
         overrides:="['system.device=cuda']"
 The node is the pip-installed console script ``slam_ros2_node`` (no colcon package needed); it
-must be on PATH of the shell that sources /opt/ros/humble/setup.bash. Untested here (no ROS 2).
+must be on PATH of the shell that sources /opt/ros/humble/setup.bash. The node itself is tested
+with ROS 2 Jazzy's wheels (tests/test_ros2_integration.py); this launch file is not (`ros2 launch`
+is not among those wheels).
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess
@@ -20,6 +22,7 @@ ARGS = {
     "odom_frame": "odom",
     "tf_mode": "auto",
     "queue_policy": "drop_oldest",
+    "input_reliability": "best_effort",                        # reliable: lossless bag replay
     "cloud_period_s": "2.0",
     "render_period_s": "0.0",
 }
