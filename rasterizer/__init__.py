@@ -59,7 +59,6 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import _model
 from ._inputs import check_spheres, zeros3
 from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
 

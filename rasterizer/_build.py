@@ -23,6 +23,13 @@ CPU_SOURCES = ["raster_cpu.cpp", "gn_cpu.cpp"]
 CUDA_SOURCES = ["raster_cuda.cu", "gn_cuda.cu", "bind_cuda.cpp"]
 
 
+def headers() -> list:
+    """The headers the sources include (every .h / .cuh in csrc): a change to one rebuilds. The JIT
+    build gets this from ninja's compiler-written dependency files; setuptools (AOT) only from the
+    extensions' ``depends``."""
+    return sorted(p.name for p in CSRC.iterdir() if p.suffix in (".h", ".cuh"))
+
+
 def _openmp_flags():
     if sys.platform == "darwin":  # Apple clang has no -fopenmp; the kernel then runs serially
         return [], []
@@ -107,13 +114,14 @@ def aot_extensions():
         return [os.path.relpath(CSRC / s, root) for s in names]
 
     inc = [str(CSRC)]
+    deps = rel(headers())
     exts = [cpp_extension.CppExtension(
-        name=f"rasterizer.{CPU_NAME}", sources=rel(CPU_SOURCES), include_dirs=inc,
+        name=f"rasterizer.{CPU_NAME}", sources=rel(CPU_SOURCES), include_dirs=inc, depends=deps,
         extra_compile_args={"cxx": cxx_flags()}, extra_link_args=ld_flags())]
     want_cuda = os.environ.get("SPHERE_RASTER_CUDA")
     if want_cuda == "1" or (want_cuda != "0" and torch.version.cuda is not None
                             and cpp_extension.CUDA_HOME is not None):
         exts.append(cpp_extension.CUDAExtension(
-            name=f"rasterizer.{CUDA_NAME}", sources=rel(CUDA_SOURCES), include_dirs=inc,
+            name=f"rasterizer.{CUDA_NAME}", sources=rel(CUDA_SOURCES), include_dirs=inc, depends=deps,
             extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags()}))
     return exts, {"build_ext": cpp_extension.BuildExtension}

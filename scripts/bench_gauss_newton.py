@@ -102,21 +102,28 @@ def extra_peak_mb(fn):
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+def cases(sizes, resolutions, device):
+    """(n, w, h, call name, zero-argument function) for every scene size, resolution and timed call
+    (a scene and its observation are made once per size and resolution, on ``device``)."""
+    for n in sizes:
+        for w, h in resolutions:
+            params, K = make_scene(n, w, h, device)
+            obs = observation(params, K, w, h)
+            for name, fn in calls(params, K, w, h, obs).items():
+                yield n, w, h, name, fn
+            del params, obs
+
+
 def gpu_section(sizes, resolutions, warmup, reps):
     print(f"\n### GPU: {torch.cuda.get_device_name()} (torch {torch.__version__}, "
           f"CUDA {torch.version.cuda})\n")
     print("| N | image | call | GPU ms | host ms | kernels + memset/copy per call | extra peak MB |")
     print("|---|---|---|---|---|---|---|")
-    for n in sizes:
-        for w, h in resolutions:
-            params, K = make_scene(n, w, h, "cuda")
-            obs = observation(params, K, w, h)
-            for name, fn in calls(params, K, w, h, obs).items():
-                g, t = time_gpu(fn, warmup, reps)
-                k, c = launches(fn)
-                print(f"| {n} | {w}x{h} | {name} | {g:.3f} | {t:.3f} | {k:g} + {c:g} | "
-                      f"{extra_peak_mb(fn):.1f} |", flush=True)
-            del params, obs
+    for n, w, h, name, fn in cases(sizes, resolutions, "cuda"):
+        g, t = time_gpu(fn, warmup, reps)
+        k, c = launches(fn)
+        print(f"| {n} | {w}x{h} | {name} | {g:.3f} | {t:.3f} | {k:g} + {c:g} | "
+              f"{extra_peak_mb(fn):.1f} |", flush=True)
 
 
 def cpu_section(sizes, resolutions, reps):
@@ -124,18 +131,14 @@ def cpu_section(sizes, resolutions, reps):
           f"torch threads {torch.get_num_threads()}\n")
     print("| N | image | call | ms |")
     print("|---|---|---|---|")
-    for n in sizes:
-        for w, h in resolutions:
-            params, K = make_scene(n, w, h, "cpu")
-            obs = observation(params, K, w, h)
-            for name, fn in calls(params, K, w, h, obs).items():
-                fn()  # warm-up (and JIT load)
-                ts = []
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    fn()
-                    ts.append((time.perf_counter() - t0) * 1e3)
-                print(f"| {n} | {w}x{h} | {name} | {statistics.median(ts):.1f} |", flush=True)
+    for n, w, h, name, fn in cases(sizes, resolutions, "cpu"):
+        fn()  # warm-up (and JIT load)
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        print(f"| {n} | {w}x{h} | {name} | {statistics.median(ts):.1f} |", flush=True)
 
 
 def accuracy_section():

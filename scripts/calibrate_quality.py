@@ -24,10 +24,8 @@ try:
 except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slam.config import load_config
-from slam.data.sources import open_source
+from map_first_frames import load_frames, map_first_frames  # noqa: E402 - scripts/, after slam is importable
 from slam.geometry import pivot_increment, relative_motion
-from slam.runtime.system import SlamSystem
 from slam.tracking.quality import judge
 from slam.tracking.tracker import Tracker
 
@@ -52,16 +50,8 @@ def main() -> None:
     ap.add_argument("--turns", type=float, nargs="+", default=[3.0, 6.0, 9.0])
     args = ap.parse_args()
 
-    base = load_config(args.config, args.set)
-    first = base.data.first
-    cfg = load_config(args.config, [*args.set, "system.threaded=false", "system.progress=false",
-                                    f"data.last={first + args.map_frames}", "mapping.final_iters=0"])
-    system = SlamSystem(cfg)
-    system.run(open_source(cfg.data))
-    snap = system.latest_map()
-    more = load_config(args.config, [*args.set, f"data.first={first + args.map_frames - 1}",
-                                     f"data.last={first + args.map_frames + args.frames}"])
-    frames = list(open_source(more.data))
+    cfg, system, snap, first = map_first_frames(args.config, args.set, args.map_frames)
+    frames = load_frames(args.config, args.set, first + args.map_frames - 1, first + args.map_frames + args.frames)
     rng = np.random.default_rng(0)
     rows = {"right": [], "wrong": []}
     for prev, frame in zip(frames[:-1], frames[1:]):

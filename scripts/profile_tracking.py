@@ -27,9 +27,7 @@ except ImportError:  # run from a source checkout without installing
 
 
 def main() -> None:
-    from slam.config import load_config
-    from slam.data.sources import open_source
-    from slam.runtime.system import SlamSystem
+    from map_first_frames import load_frames, map_first_frames
     from slam.tracking.tracker import Tracker
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,18 +41,10 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the profile summary (for scripts/jetson_projection.py)")
     args = ap.parse_args()
 
-    base = load_config(args.config, args.set)
-    first = base.data.first
-    cfg = load_config(args.config, [*args.set, "system.threaded=false", "system.progress=false",
-                                    f"data.last={first + args.map_frames}", "mapping.final_iters=0"])
-    system = SlamSystem(cfg)
-    system.run(open_source(cfg.data))
-    snap = system.latest_map()
+    cfg, system, snap, first = map_first_frames(args.config, args.set, args.map_frames)
     print(f"map: {snap.means.shape[0]:,} spheres after {args.map_frames} frames on {system.device}")
 
-    more = load_config(args.config, [*args.set, f"data.first={first + args.map_frames}",
-                                     f"data.last={first + args.map_frames + args.frames}"])
-    frames = list(open_source(more.data))
+    frames = load_frames(args.config, args.set, first + args.map_frames, first + args.map_frames + args.frames)
     records = system.recorder.snapshot()[0]
     obs = [system.observation(f) for f in frames]   # as the system hands them to its tracker
     renders = {"n": 0}

@@ -7,6 +7,7 @@ are serialised and read back - that is the ROS 2 node's message path, without rc
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -23,6 +24,7 @@ from slam.ros.bridge import SlamBridge, snapshot_rows
 from slam.ros.live_source import LiveSource
 from slam.ros.messages import MessageFactory, rosbags_flavour
 from slam.ros.params import RosParams, params_from_mapping, topics
+from slam.ros.recording import OutputRecord
 from slam.data.stamp_matcher import StampMatcher
 
 STORES = {"ros1": get_typestore(Stores.ROS1_NOETIC), "ros2": get_typestore(Stores.ROS2_HUMBLE)}
@@ -325,6 +327,30 @@ def test_messages_serialise_and_read_back(flavour):
     np.testing.assert_array_equal(np.frombuffer(bytes(im.data), np.uint8).reshape(4, 5, 3), px)
     st = _roundtrip(flavour, make.status(out_data.StatusData(ns, "lost", "depth inliers: 40% (< 90%)")))
     assert st.data == f"lost {ns} depth inliers: 40% (< 90%)"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_players_record_the_node_outputs(flavour):
+    """The players' shared record (slam.ros.recording) reads the node's output messages."""
+    make = MessageFactory(rosbags_flavour(STORES[flavour], ros1=flavour == "ros1"))
+    T = _pose()
+    ns = 1_700_000_000_500_000_000
+    rec = OutputRecord(lambda stamp: stamp.sec + 1e-9 * stamp.nanosec, image_mean=flavour == "ros2", poll_s=0.01)
+    assert not rec.wait("odom", 1, 0.05)
+    rec.on_odom(_roundtrip(flavour, make.odometry(out_data.odometry(ns, T, "map_camera", "map", "odom", "cam"))))
+    rec.on_tf(_roundtrip(flavour, make.tf_message(out_data.transforms(ns, T, "map_odom_camera", "map", "odom", "cam"))))
+    rec.on_status(_roundtrip(flavour, make.status(out_data.StatusData(ns, "ok", ""))))
+    means = np.zeros((3, 3))
+    rec.on_cloud(_roundtrip(flavour, make.cloud(out_data.cloud(ns, "map", means, np.full((3, 3), 0.5), False, 10))))
+    im = _roundtrip(flavour, make.image(out_data.ImageData(ns, "cam", np.full((4, 5, 3), 7, np.uint8))))
+    rec.on_image(dataclasses.replace(im, data=bytes(im.data)))   # as rclpy delivers it: a sequence of ints
+    assert rec.wait("odom", 1, 0.05)
+    assert rec.odom[0][:3] == [pytest.approx(1_700_000_000.5), "map", "cam"]
+    np.testing.assert_allclose(rec.odom[0][3:6], T[:3, 3])
+    assert [row[1:3] for row in rec.tf] == [["map", "odom"], ["odom", "cam"]]
+    assert rec.clouds[0][1:] == ["map", 3, 16, ["x", "y", "z", "rgb"]]
+    assert rec.images[0][1:] == (["rgb8", 5, 4, 7.0] if flavour == "ros2" else ["rgb8", 5, 4])
+    assert len(rec.status) == 1
 
 
 # --------------------------------------------------------------------------- parameters

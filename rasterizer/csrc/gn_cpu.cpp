@@ -39,13 +39,10 @@ struct TileScratch {
 // order, so its arithmetic is that of a pixel-major loop.
 template <bool DERIV>
 void gn_tile(int t, const GnInputs& in, TileScratch& sc, double* acc) {
-  const sr::Camera& cam = in.cam;
-  const int64_t begin = in.ranges[2 * t], end = in.ranges[2 * t + 1];
+  const sr_cpu::TileBox tb(t, in.ranges, in.cam);
+  const int64_t begin = tb.begin, end = tb.end;
   sc.ts.load(begin, end, in.ids, in.splats, in.opac, in.colors, in.means);
-  const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
-  const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
-  const int tw = x1 - x0;
-  int remaining = tw * (y1 - y0);
+  int remaining = tb.pixels();
   for (int q = 0; q < remaining; ++q) {
     sr::gn_state_init<DERIV>(sc.state[q]);
     sc.done[q] = false;
@@ -54,13 +51,13 @@ void gn_tile(int t, const GnInputs& in, TileScratch& sc, double* acc) {
   for (int64_t j = 0; j < end - begin && remaining > 0; ++j) {
     const sr::Splat& sp = sc.ts.splat[j];
     int bx0, bx1, by0, by1;
-    if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+    if (!sr::pixel_box(sp, tb.x0, tb.x1, tb.y0, tb.y1, bx0, bx1, by0, by1)) continue;
     const sr::PoseJac& J = DERIV ? in.jac[in.ids[begin + j]] : no_jac;
     const float o = sc.ts.o[j], z = sc.ts.z[j];
     const float* c = &sc.ts.c[3 * j];
     for (int py = by0; py < by1; ++py)
       for (int px = bx0; px < bx1; ++px) {
-        const int q = (py - y0) * tw + (px - x0);
+        const int q = tb.slot(px, py);
         if (sc.done[q]) continue;
         float a, G, du, dv;
         if (!sr::eval_alpha((float)px, (float)py, sp, o, a, G, du, dv)) continue;
@@ -71,10 +68,10 @@ void gn_tile(int t, const GnInputs& in, TileScratch& sc, double* acc) {
       }
   }
   float v[sr::kGnValues];
-  for (int py = y0; py < y1; ++py)
-    for (int px = x0; px < x1; ++px) {
-      const int q = (py - y0) * tw + (px - x0);
-      const int64_t p = (int64_t)py * cam.width + px;
+  for (int py = tb.y0; py < tb.y1; ++py)
+    for (int px = tb.x0; px < tb.x1; ++px) {
+      const int q = tb.slot(px, py);
+      const int64_t p = (int64_t)py * in.cam.width + px;
       const float* oc = in.obs_color + 3 * p;
       sr::gn_pixel_values<DERIV>(sc.state[q], in.st, in.valid[p], in.bg[0], in.bg[1], in.bg[2],
                                  oc[0], oc[1], oc[2], in.obs_depth[p], v);
@@ -91,19 +88,10 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
                             const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                             double fy, double cx, double cy, int64_t width, int64_t height,
                             const std::vector<double>& settings, bool derivatives) {
-  sr::check_input(means, "means", false, 3);
-  sr::check_input(colors, "colors", false, 3);
-  sr::check_input(radii, "radii", false);
-  sr::check_input(opacities, "opacities", false);
-  sr::check_input(background, "background", false);
-  TORCH_CHECK(background.numel() == 3, "background must have 3 values");
-  sr::check_observation(obs_color, obs_depth, valid, width, height, false);
-  TORCH_CHECK((int)settings.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings,
-              " values");
   GnInputs in;
+  in.st = sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
+                                      obs_depth, valid, width, height, settings, /*cuda=*/false);
   in.cam = sr::make_camera(fx, fy, cx, cy, width, height);
-  in.st = sr::make_gn_settings(settings.data());
-  TORCH_CHECK(in.st.depth_eps > 0.f, "depth_eps must be > 0");
   const int64_t n = means.size(0);
   const int n_tiles = in.cam.tiles_x * in.cam.tiles_y;
   in.means = means.data_ptr<float>();

@@ -19,11 +19,12 @@
 #include "raster_cuda.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
+#include "tile_block.cuh"
 #include "warp_reduce.cuh"
 
 namespace {
 
-constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
+constexpr int kBlock = sr_cuda::kTileBlock;  // threads per tile block (one per pixel)
 constexpr int kWarps = kBlock / 32;
 constexpr int kPad = 64;  // the kGnValues values padded to two warp reduce-scatters of 32
 static_assert(sr::kGnValues <= kPad && sr::kGnValues > 32, "two reduce-scatter rounds");
@@ -61,11 +62,10 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
-  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
-  const bool inside = px < cam.width && py < cam.height;
+  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const bool inside = pix.inside(cam);
   const int2 range = ranges[tile];
-  const float fpx = (float)px, fpy = (float)py;
+  const float fpx = (float)pix.px, fpy = (float)pix.py;
   sr::GnState S;
   sr::gn_state_init<DERIV>(S);
   bool done = !inside;
@@ -74,9 +74,7 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
     const int k = b0 + tid;
     if (k < range.y) {
       const int32_t i = ids[k];
-      s_geo[tid] = splats[i];
-      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
-      s_z[tid] = means[3 * i + 2];
+      sr_cuda::stage_sphere(tid, i, splats, colors, opac, means, s_geo, s_col, s_z);
       if (DERIV) s_jac[tid] = jac[i];
     }
     __syncthreads();
@@ -97,7 +95,7 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
 
   float v[kPad];
   if (inside) {
-    const int p = py * cam.width + px;
+    const int p = pix.py * cam.width + pix.px;
     sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
                                obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
                                obs_depth[p], v);
@@ -133,20 +131,12 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
                              const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                              double fy, double cx, double cy, int64_t width, int64_t height,
                              const std::vector<double>& settings, bool derivatives) {
-  sr::check_input(means, "means", true, 3);
-  sr::check_input(colors, "colors", true, 3);
-  sr::check_input(radii, "radii", true);
-  sr::check_input(opacities, "opacities", true);
-  sr::check_input(background, "background", true);
-  TORCH_CHECK(background.numel() == 3, "background must have 3 values");
-  sr::check_observation(obs_color, obs_depth, valid, width, height, true);
-  TORCH_CHECK((int)settings.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings,
-              " values");
+  const sr::GnSettings st =
+      sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
+                                  obs_depth, valid, width, height, settings, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
-  const sr::GnSettings st = sr::make_gn_settings(settings.data());
-  TORCH_CHECK(st.depth_eps > 0.f, "depth_eps must be > 0");
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
 

@@ -132,17 +132,15 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
     TileSpheres ts;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < n_tiles; ++t) {
-      const int64_t begin = ranges[2 * t], end = ranges[2 * t + 1];
+      const sr_cpu::TileBox tb(t, ranges, cam);
+      const int64_t begin = tb.begin, end = tb.end;
       ts.load(begin, end, ids, splats, op, cp, mp);
-      const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
-      const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
-      const int tw = x1 - x0;
       // Sphere-major over the tile: each sphere visits only the pixels of its 3-sigma box; every
       // pixel still sees the spheres in list order, so the per-pixel arithmetic is unchanged.
       float T[sr::kTilePixels], C[3 * sr::kTilePixels], D[sr::kTilePixels];
       int32_t L[sr::kTilePixels];
       bool done[sr::kTilePixels];
-      int remaining = tw * (y1 - y0);
+      int remaining = tb.pixels();
       for (int q = 0; q < remaining; ++q) {
         T[q] = 1.f;
         C[3 * q] = C[3 * q + 1] = C[3 * q + 2] = 0.f;
@@ -153,10 +151,10 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
       for (int64_t j = 0; j < end - begin && remaining > 0; ++j) {
         const sr::Splat& sp = ts.splat[j];
         int bx0, bx1, by0, by1;
-        if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+        if (!sr::pixel_box(sp, tb.x0, tb.x1, tb.y0, tb.y1, bx0, bx1, by0, by1)) continue;
         for (int py = by0; py < by1; ++py)
           for (int px = bx0; px < bx1; ++px) {
-            const int q = (py - y0) * tw + (px - x0);
+            const int q = tb.slot(px, py);
             if (done[q]) continue;
             float a, G, du, dv, w;
             if (!sr::eval_alpha((float)px, (float)py, sp, ts.o[j], a, G, du, dv)) continue;
@@ -172,9 +170,9 @@ std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii
             L[q] = (int32_t)(begin + j + 1);
           }
       }
-      for (int py = y0; py < y1; ++py)
-        for (int px = x0; px < x1; ++px) {
-          const int q = (py - y0) * tw + (px - x0);
+      for (int py = tb.y0; py < tb.y1; ++py)
+        for (int px = tb.x0; px < tb.x1; ++px) {
+          const int q = tb.slot(px, py);
           const int64_t p = (int64_t)py * cam.width + px;
           color[3 * p] = C[3 * q] + T[q] * bg[0];
           color[3 * p + 1] = C[3 * q + 1] + T[q] * bg[1];
@@ -242,21 +240,19 @@ std::vector<at::Tensor> backward(
     TileSpheres ts;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < n_tiles; ++t) {
-      const int64_t begin = ranges[2 * t], end = ranges[2 * t + 1];
+      const sr_cpu::TileBox tb(t, ranges, cam);
+      const int64_t begin = tb.begin, end = tb.end;
       if (begin == end) continue;
       ts.load(begin, end, ids, splats, op, cp, mp);
-      const int x0 = (t % cam.tiles_x) * sr::kTile, y0 = (t / cam.tiles_x) * sr::kTile;
-      const int x1 = std::min(x0 + sr::kTile, cam.width), y1 = std::min(y0 + sr::kTile, cam.height);
-      const int tw = x1 - x0;
       // Per-pixel replay state; spheres visited back to front, each over its 3-sigma box only
       // (records still accumulate over pixels in row-major order: same sums as pixel-major).
       float T[sr::kTilePixels], R[sr::kTilePixels], GC[3 * sr::kTilePixels], GD[sr::kTilePixels],
           E[sr::kTilePixels];
       int32_t L[sr::kTilePixels];
       int64_t tile_last = begin;
-      for (int py = y0; py < y1; ++py)
-        for (int px = x0; px < x1; ++px) {
-          const int q = (py - y0) * tw + (px - x0);
+      for (int py = tb.y0; py < tb.y1; ++py)
+        for (int px = tb.x0; px < tb.x1; ++px) {
+          const int q = tb.slot(px, py);
           const int64_t p = (int64_t)py * cam.width + px;
           float ga;
           sr::load_pixel_grads(gi, px, py, alpha[p], depth, p, eps, GC[3 * q], GC[3 * q + 1],
@@ -271,12 +267,12 @@ std::vector<at::Tensor> backward(
         const int64_t j = k - begin;
         const sr::Splat& sp = ts.splat[j];
         int bx0, bx1, by0, by1;
-        if (!sr::pixel_box(sp, x0, x1, y0, y1, bx0, bx1, by0, by1)) continue;
+        if (!sr::pixel_box(sp, tb.x0, tb.x1, tb.y0, tb.y1, bx0, bx1, by0, by1)) continue;
         const float* c = &ts.c[3 * j];
         float* r = &rec[(size_t)k * kRec];
         for (int py = by0; py < by1; ++py)
           for (int px = bx0; px < bx1; ++px) {
-            const int q = (py - y0) * tw + (px - x0);
+            const int q = tb.slot(px, py);
             if (k >= L[q]) continue;
             float a, G, du, dv, w;
             if (!sr::eval_alpha((float)px, (float)py, sp, ts.o[j], a, G, du, dv)) continue;

@@ -1,10 +1,11 @@
 // Pieces of the CPU module shared by the render (raster_cpu.cpp) and the fused Gauss-Newton
 // kernel (gn_cpu.cpp): thread settings, the tiling (project -> bin into 16x16 tiles in
-// (tile, depth, index) order) and the per-tile sphere cache.
+// (tile, depth, index) order), a tile's list and pixel rectangle, and the per-tile sphere cache.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "sphere_math.h"
@@ -30,6 +31,23 @@ struct Bins {
 // means (n, 3), radii (n,): float32 host arrays; opt: the options of the int32 outputs.
 Bins bin_spheres(const float* means, const float* radii, int64_t n, const sr::Camera& cam,
                  const at::TensorOptions& opt);
+
+// One tile of a render: its list [begin, end) (positions in the ids of Bins) and its pixels
+// [x0, x1) x [y0, y1), the image's edge included; a pixel's slot in per-tile arrays is slot(px, py).
+struct TileBox {
+  int64_t begin, end;
+  int x0, y0, x1, y1, tw;
+  TileBox(int t, const int32_t* ranges, const sr::Camera& cam)
+      : begin(ranges[2 * t]), end(ranges[2 * t + 1]) {
+    x0 = sr::tile_x0(cam, t);
+    y0 = sr::tile_y0(cam, t);
+    x1 = std::min(x0 + sr::kTile, cam.width);
+    y1 = std::min(y0 + sr::kTile, cam.height);
+    tw = x1 - x0;
+  }
+  int pixels() const { return tw * (y1 - y0); }
+  int slot(int px, int py) const { return (py - y0) * tw + (px - x0); }
+};
 
 // Per-tile copy of the data of the spheres in the tile's list (cache-friendly, like the CUDA
 // kernel's shared-memory batches).

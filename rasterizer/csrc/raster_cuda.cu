@@ -35,11 +35,12 @@
 #include "raster_cuda.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
+#include "tile_block.cuh"
 #include "warp_reduce.cuh"
 
 namespace {
 
-constexpr int kBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
+constexpr int kBlock = sr_cuda::kTileBlock;  // threads per tile block (one per pixel)
 constexpr int kProjectBlock = 256;
 using sr_cuda::kFull;
 using sr_cuda::WarpReduceScatter;
@@ -132,11 +133,10 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float s_z[kBlock];
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
-  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
-  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
-  const bool inside = px < cam.width && py < cam.height;
+  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const bool inside = pix.inside(cam);
   const int2 range = ranges[tile];
-  const float fpx = (float)px, fpy = (float)py;
+  const float fpx = (float)pix.px, fpy = (float)pix.py;
   float T = 1.f, c0 = 0.f, c1 = 0.f, c2 = 0.f, d = 0.f;
   int32_t last = range.x;
   bool done = !inside;
@@ -144,10 +144,7 @@ __global__ void __launch_bounds__(kBlock)
     if (__syncthreads_count(done) == kBlock) break;
     const int k = b0 + tid;
     if (k < range.y) {
-      const int32_t i = ids[k];
-      s_geo[tid] = splats[i];
-      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
-      s_z[tid] = means[3 * i + 2];
+      sr_cuda::stage_sphere(tid, ids[k], splats, colors, opac, means, s_geo, s_col, s_z);
     }
     __syncthreads();
     const int cnt = min(kBlock, range.y - b0);
@@ -168,7 +165,7 @@ __global__ void __launch_bounds__(kBlock)
     }
   }
   if (!inside) return;
-  const int p = py * cam.width + px;
+  const int p = pix.py * cam.width + pix.px;
   const float alpha = 1.f - T;  // the backward recovers T_final = 1 - alpha
   out_color[3 * p] = c0 + T * background[0];
   out_color[3 * p + 1] = c1 + T * background[1];
@@ -207,9 +204,9 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  const int px = (tile % cam.tiles_x) * sr::kTile + tid % sr::kTile;
-  const int py = (tile / cam.tiles_x) * sr::kTile + tid / sr::kTile;
-  const bool inside = px < cam.width && py < cam.height;
+  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const bool inside = pix.inside(cam);
+  const int px = pix.px, py = pix.py;
   const int2 range = ranges[tile];
   if (range.x == range.y) return;  // uniform per block
   const int p = py * cam.width + px;
@@ -274,7 +271,7 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
       sr::Splat sp;
       sr::project_sphere(means[3 * i], means[3 * i + 1], z, radii[i], cam, sp);
       s_geo[tid] = make_float4(sp.u, sp.v, sp.ia, sp.ic);
-      s_col[tid] = make_float4(colors[3 * i], colors[3 * i + 1], colors[3 * i + 2], opac[i]);
+      s_col[tid] = sr_cuda::colour_opacity(i, colors, opac);
       s_z[tid] = z;
     }
     __syncthreads();

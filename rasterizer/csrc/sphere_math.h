@@ -89,6 +89,11 @@ SR_HD bool project_sphere(float x, float y, float z, float r, const Camera& cam,
   return true;
 }
 
+// Top-left pixel (tile_x0, tile_y0) of tile `tile` (tiles of kTile x kTile pixels, row-major
+// over the image).
+SR_HD int tile_x0(const Camera& cam, int tile) { return (tile % cam.tiles_x) * kTile; }
+SR_HD int tile_y0(const Camera& cam, int tile) { return (tile / cam.tiles_x) * kTile; }
+
 // Tile rectangle [tx0, tx1) x [ty0, ty1) covering every pixel centre within 3 sigma of the
 // centre per axis (a box around the 3-sigma ellipse). Returns the tile count (0 = off-screen).
 SR_HD int tile_rect(const Splat& s, const Camera& cam, int& tx0, int& tx1, int& ty0, int& ty1) {

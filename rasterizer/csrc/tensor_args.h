@@ -1,9 +1,13 @@
 // Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp) and CUDA
 // (raster_cuda.cu, gn_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
+// Host only (ATen): the CUDA modules include it in host code of their .cu files.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
+#include "gn_math.h"
 #include "sphere_math.h"
 
 namespace sr {
@@ -63,6 +67,28 @@ inline void check_observation(const at::Tensor& color, const at::Tensor& depth,
                   valid.is_contiguous() && valid.dim() == 2 && valid.size(0) == height &&
                   valid.size(1) == width,
               "valid must be a contiguous (height, width) bool tensor on the module's device");
+}
+
+// The arguments of the Gauss-Newton pass (rasterizer/gauss_newton.py) as both modules take them:
+// spheres (N, 3) / (N,) / (N, 3) / (N,), background (3,), the observed frame and kGnSettings
+// settings. Returns the kernels' settings (depth_eps > 0 checked).
+inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Tensor& radii,
+                                          const at::Tensor& colors, const at::Tensor& opacities,
+                                          const at::Tensor& background, const at::Tensor& obs_color,
+                                          const at::Tensor& obs_depth, const at::Tensor& valid,
+                                          int64_t width, int64_t height,
+                                          const std::vector<double>& settings, bool cuda) {
+  check_input(means, "means", cuda, 3);
+  check_input(colors, "colors", cuda, 3);
+  check_input(radii, "radii", cuda);
+  check_input(opacities, "opacities", cuda);
+  check_input(background, "background", cuda);
+  TORCH_CHECK(background.numel() == 3, "background must have 3 values");
+  check_observation(obs_color, obs_depth, valid, width, height, cuda);
+  TORCH_CHECK((int)settings.size() == kGnSettings, "settings must have ", kGnSettings, " values");
+  const GnSettings st = make_gn_settings(settings.data());
+  TORCH_CHECK(st.depth_eps > 0.f, "depth_eps must be > 0");
+  return st;
 }
 
 }  // namespace sr

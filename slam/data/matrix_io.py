@@ -1,7 +1,9 @@
-"""Small whitespace-separated matrix files (camera-intrinsics.txt, 7-Scenes pose.txt, traj.txt)."""
+"""Small whitespace-separated matrix files (camera-intrinsics.txt, 7-Scenes pose.txt, traj.txt), and
+the data lines of the text files the loaders read (TUM lists and trajectories, Replica traj.txt)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator, Tuple
 
 import numpy as np
 
@@ -32,3 +34,13 @@ def read_matrix(path: Path, shape: tuple, what: str) -> np.ndarray:
         dims = "x".join(str(s) for s in shape)
         raise FrameError(f"{path}: {what} must be a {dims} matrix ({need} numbers), found {values.size} numbers")
     return values.reshape(shape)
+
+
+def data_lines(path: Path) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, stripped text) of each line of a text file that is neither blank nor a
+    '#' comment; undecodable bytes are replaced."""
+    with open(path, "r", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if text and not text.startswith("#"):
+                yield lineno, text

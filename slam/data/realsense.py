@@ -36,9 +36,10 @@ from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from slam.data.errors import CalibrationError, DataNotFoundError, SkipFrame
-from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
+from slam.data.errors import CalibrationError, DataNotFoundError
+from slam.data.frame import Frame, FrameError, FrameSource
 from slam.data.preprocess import Preprocessor
+from slam.data.paired_frames import PairedFrames, frame_from_images
 from slam.data.sequence import select, skip_frame
 from slam.data.stamp_matcher import StampMatcher
 
@@ -213,22 +214,22 @@ class RealsenseSource(FrameSource):
         self._opened = None
         slot = self._slot = LatestSlot(block=not self.keep_newest)
         matcher = StampMatcher(int(round(self.max_time_diff * 1e9)), PENDING_MAX, on_drop=self._on_drop, logger=None)
-        state = {"pair_no": 0, "error": None, "warned_clock": False}
+        paired = PairedFrames(self.where, self.stats, self.first, self.stride)
+        state = {"error": None, "warned_clock": False}
         stop = np.inf if self.last is None else int(self.last)
 
         def on_frame(f) -> None:  # librealsense's threads: never raise into them
             try:
-                if state["pair_no"] >= stop:
+                if paired.pairs >= stop:
                     return
                 role = "depth" if f.get_profile().stream_type() == self.rs.stream.depth else "color"
                 f.keep()
                 pair = matcher.push(role, int(round(f.get_timestamp() * 1e6)), f)
                 if pair is None:
                     return
-                index = state["pair_no"]
-                state["pair_no"] += 1
-                if index >= self.first and (index - self.first) % self.stride == 0:
-                    slot.put(((index - self.first) // self.stride, pair[1], pair[2]))
+                index = paired.select()
+                if index is not None:
+                    slot.put((index, pair[1], pair[2]))
             except Exception as exc:  # noqa: BLE001 - handed to the reader
                 state["error"] = exc
 
@@ -245,28 +246,22 @@ class RealsenseSource(FrameSource):
                 sensor.start(on_frame)
             if playback is not None:
                 playback.resume()
-            delivered, idle = 0, 0.0
+            idle = 0.0
             while True:
                 item = slot.get(POLL_S)
                 if state["error"] is not None:
                     raise FrameError(f"{self.where}: {type(state['error']).__name__}: {state['error']}")
                 if item is None:
                     idle += POLL_S
-                    if state["pair_no"] >= stop or self._ended(opened, idle):
+                    if paired.pairs >= stop or self._ended(opened, idle):
                         break
                     continue
                 idle = 0.0
-                try:
-                    frame = self._make_frame(item, align, composer, opened, state)
-                except SkipFrame as skip:
-                    skip_frame(self.stats, skip.reason)
-                    continue
-                delivered += 1
-                yield frame
+                frame = paired.deliver(self._make_frame, item, align, composer, opened, state)
+                if frame is not None:
+                    yield frame
             matcher.flush()
-            if delivered == 0:
-                reasons = "; ".join(self.stats.skip_reasons[:3]) or "no colour/depth pair"
-                raise FrameError(f"{self.where}: no usable frame ({reasons})")
+            paired.finish()
         finally:
             self.stats.dropped += slot.dropped
             self._stop()
@@ -291,11 +286,8 @@ class RealsenseSource(FrameSource):
         color = np.asanyarray(aligned.get_color_frame().get_data())
         color = np.ascontiguousarray(color[:, :, list(COLOR_ORDER[opened["color_format"]])])
         depth = np.asanyarray(aligned.get_depth_frame().get_data()).astype(np.float32) * np.float32(opened["scale"])
-        if not np.any(depth > 0):
-            raise SkipFrame(f"{self.where}: depth at t={t:.6f} has no valid pixel")
-        color, depth, K = opened["pre"](color, depth)
-        return validate_frame(Frame(index=index, timestamp=t, color=color, depth=depth, K=K,
-                                    source_id=f"{self.path.name}@{t:.6f}" if not self.live else f"camera@{t:.6f}"))
+        return frame_from_images(self.where, index, t, color, depth, opened["pre"],
+                                 f"{self.path.name}@{t:.6f}" if not self.live else f"camera@{t:.6f}")
 
     def _on_drop(self, kind: str, role: str, stamp_ns: int) -> None:
         if role == "color":

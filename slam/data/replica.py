@@ -23,6 +23,7 @@ import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
+from slam.data.matrix_io import data_lines
 from slam.data.preprocess import K_from_params
 from slam.data.sequence import Entry, SequenceSource
 
@@ -36,21 +37,17 @@ def read_flat_poses(path: Path) -> np.ndarray:
     if not path.is_file():
         raise DataNotFoundError(f"{path}: trajectory file not found (Replica needs traj.txt)")
     poses = []
-    with open(path, "r", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            parts = text.split()
-            if len(parts) != 16:
-                raise FrameError(f"{path}:{lineno}: expected 16 numbers (a flattened 4x4 pose), got {len(parts)}")
-            try:
-                T = np.array([float(p) for p in parts], dtype=np.float64).reshape(4, 4)
-            except ValueError:
-                raise FrameError(f"{path}:{lineno}: not a number in {text[:80]!r}") from None
-            if not np.all(np.isfinite(T)) or not np.allclose(T[3], [0, 0, 0, 1], atol=1e-6):
-                raise FrameError(f"{path}:{lineno}: not a rigid 4x4 pose (non-finite or last row != 0 0 0 1)")
-            poses.append(T)
+    for lineno, text in data_lines(path):
+        parts = text.split()
+        if len(parts) != 16:
+            raise FrameError(f"{path}:{lineno}: expected 16 numbers (a flattened 4x4 pose), got {len(parts)}")
+        try:
+            T = np.array([float(p) for p in parts], dtype=np.float64).reshape(4, 4)
+        except ValueError:
+            raise FrameError(f"{path}:{lineno}: not a number in {text[:80]!r}") from None
+        if not np.all(np.isfinite(T)) or not np.allclose(T[3], [0, 0, 0, 1], atol=1e-6):
+            raise FrameError(f"{path}:{lineno}: not a rigid 4x4 pose (non-finite or last row != 0 0 0 1)")
+        poses.append(T)
     return np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
 
 

@@ -32,11 +32,12 @@ from typing import Iterator, Optional
 import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError, SkipFrame
-from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
+from slam.data.frame import Frame, FrameError, FrameSource
 from slam.data.preprocess import K_from_params, Preprocessor, distortion_array
 from slam.data.ros_convert import (COLOR_ENCODINGS, DEPTH_ENCODINGS, RosConvertError,
                                    camera_info_distortion, camera_info_to_K, color_to_rgb,
                                    depth_to_metres, stamp_ns)
+from slam.data.paired_frames import PairedFrames, frame_from_images
 from slam.data.sequence import select, skip_frame
 from slam.data.stamp_matcher import StampMatcher
 
@@ -131,11 +132,10 @@ class RosbagSource(FrameSource):
         self._info_size = None
         if self.K_override is not None:
             self._pre = Preprocessor(self.K_override, self.dist_override, self.downscale)
-        pair_no = 0
-        delivered = 0
+        paired = PairedFrames(str(self.path), self.stats, self.first, self.stride)
         stop = np.inf if self.last is None else int(self.last)
         messages = reader.messages(connections=conns)
-        while pair_no < stop:
+        while paired.pairs < stop:
             try:
                 item = next(messages, None)
                 if item is None:
@@ -143,7 +143,7 @@ class RosbagSource(FrameSource):
                 conn, _, raw = item
                 msg = reader.deserialize(raw, conn.msgtype)
             except Exception as exc:
-                reason = f"{self.path}: read error after {delivered} frames ({type(exc).__name__}: {exc}); stream ends here"
+                reason = f"{self.path}: read error after {paired.delivered} frames ({type(exc).__name__}: {exc}); stream ends here"
                 log.warning(reason)
                 self.stats.skip(reason)
                 break
@@ -155,21 +155,14 @@ class RosbagSource(FrameSource):
             pair = matcher.push(role, stamp_ns(msg), msg)
             if pair is None:
                 continue
-            index = pair_no
-            pair_no += 1
-            if index < self.first or (index - self.first) % self.stride:
+            index = paired.select()
+            if index is None:
                 continue
-            try:
-                frame = self._make_frame((index - self.first) // self.stride, pair)
-            except SkipFrame as skip:
-                skip_frame(self.stats, skip.reason)
-                continue
-            delivered += 1
-            yield frame
+            frame = paired.deliver(self._make_frame, index, pair)
+            if frame is not None:
+                yield frame
         matcher.flush()
-        if delivered == 0:
-            reasons = "; ".join(self.stats.skip_reasons[:3]) or "no colour/depth pair"
-            raise FrameError(f"{self.path}: no usable frame ({reasons})")
+        paired.finish()
 
     # ------------------------------------------------------------------ helpers
     def _on_camera_info(self, msg) -> None:
@@ -219,9 +212,5 @@ class RosbagSource(FrameSource):
         if self._info_size is not None and self._info_size != (depth.shape[1], depth.shape[0]):
             raise FrameError(f"{self.path}: CameraInfo is for {self._info_size[0]}x{self._info_size[1]} but "
                              f"images are {depth.shape[1]}x{depth.shape[0]}")
-        if not np.any(depth > 0):
-            raise SkipFrame(f"{self.path}: depth at t={t:.6f} has no valid pixel")
-        color, depth, K = self._pre(color, depth)
-        frame = Frame(index=index, timestamp=t, color=color, depth=depth, K=K,
-                      source_id=f"{self.path.name}:{self.topics['color']}@{t:.6f}")
-        return validate_frame(frame)
+        return frame_from_images(str(self.path), index, t, color, depth, self._pre,
+                                 f"{self.path.name}:{self.topics['color']}@{t:.6f}")

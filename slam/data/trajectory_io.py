@@ -13,6 +13,7 @@ import numpy as np
 
 from slam.data.errors import DataNotFoundError
 from slam.data.frame import FrameError
+from slam.data.matrix_io import data_lines
 
 
 class TrajectoryFormatError(FrameError):
@@ -71,32 +72,28 @@ def parse_tum_lines(path: Path, *, require_increasing: bool = True) -> Tuple[np.
     if not path.is_file():
         raise DataNotFoundError(f"{path}: trajectory file not found")
     stamps, rows = [], []
-    with open(path, "r", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            parts = text.replace(",", " ").split()
-            if len(parts) != 8:
-                raise TrajectoryFormatError(
-                    f"{path}:{lineno}: expected 8 values 'timestamp tx ty tz qx qy qz qw', got "
-                    f"{len(parts)}: {text[:80]!r}")
-            try:
-                vals = [float(p) for p in parts]
-            except ValueError:
-                raise TrajectoryFormatError(f"{path}:{lineno}: not a number in {text[:80]!r}") from None
-            if not np.all(np.isfinite(vals)):
-                raise TrajectoryFormatError(f"{path}:{lineno}: non-finite value in {text[:80]!r}")
-            qn = float(np.linalg.norm(vals[4:8]))
-            if abs(qn - 1.0) > 1e-2:
-                raise TrajectoryFormatError(
-                    f"{path}:{lineno}: quaternion (qx qy qz qw) has norm {qn:.4f}, expected 1")
-            if require_increasing and stamps and vals[0] <= stamps[-1]:
-                raise TrajectoryFormatError(
-                    f"{path}:{lineno}: timestamp {vals[0]:.6f} is not after the previous one "
-                    f"({stamps[-1]:.6f}); timestamps must increase")
-            stamps.append(vals[0])
-            rows.append(vals[1:])
+    for lineno, text in data_lines(path):
+        parts = text.replace(",", " ").split()
+        if len(parts) != 8:
+            raise TrajectoryFormatError(
+                f"{path}:{lineno}: expected 8 values 'timestamp tx ty tz qx qy qz qw', got "
+                f"{len(parts)}: {text[:80]!r}")
+        try:
+            vals = [float(p) for p in parts]
+        except ValueError:
+            raise TrajectoryFormatError(f"{path}:{lineno}: not a number in {text[:80]!r}") from None
+        if not np.all(np.isfinite(vals)):
+            raise TrajectoryFormatError(f"{path}:{lineno}: non-finite value in {text[:80]!r}")
+        qn = float(np.linalg.norm(vals[4:8]))
+        if abs(qn - 1.0) > 1e-2:
+            raise TrajectoryFormatError(
+                f"{path}:{lineno}: quaternion (qx qy qz qw) has norm {qn:.4f}, expected 1")
+        if require_increasing and stamps and vals[0] <= stamps[-1]:
+            raise TrajectoryFormatError(
+                f"{path}:{lineno}: timestamp {vals[0]:.6f} is not after the previous one "
+                f"({stamps[-1]:.6f}); timestamps must increase")
+        stamps.append(vals[0])
+        rows.append(vals[1:])
     return np.asarray(stamps, dtype=np.float64), np.asarray(rows, dtype=np.float64).reshape(-1, 7)
 
 

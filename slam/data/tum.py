@@ -37,6 +37,7 @@ import yaml
 
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
+from slam.data.matrix_io import data_lines
 from slam.data.preprocess import K_from_params, distortion_array
 from slam.data.sequence import Entry, SequenceSource
 from slam.data.trajectory_io import parse_tum_lines, pose_from_tum, quat_to_rot
@@ -83,26 +84,22 @@ def read_file_list(path: Path) -> Tuple[np.ndarray, List[str]]:
         raise DataNotFoundError(f"{path}: index file not found (a TUM sequence needs rgb.txt and depth.txt)")
     stamps: List[float] = []
     names: List[str] = []
-    with open(path, "r", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            parts = text.split()
-            if len(parts) != 2:
-                raise FrameError(f"{path}:{lineno}: expected 'timestamp filename', got {text[:80]!r}")
-            try:
-                t = float(parts[0])
-            except ValueError:
-                raise FrameError(f"{path}:{lineno}: timestamp {parts[0]!r} is not a number") from None
-            if not np.isfinite(t):
-                raise FrameError(f"{path}:{lineno}: timestamp {parts[0]!r} is not finite")
-            if stamps and t <= stamps[-1]:
-                raise FrameError(
-                    f"{path}:{lineno}: timestamp {t:.6f} is not after the previous one ({stamps[-1]:.6f}); "
-                    "timestamps must increase")
-            stamps.append(t)
-            names.append(parts[1])
+    for lineno, text in data_lines(path):
+        parts = text.split()
+        if len(parts) != 2:
+            raise FrameError(f"{path}:{lineno}: expected 'timestamp filename', got {text[:80]!r}")
+        try:
+            t = float(parts[0])
+        except ValueError:
+            raise FrameError(f"{path}:{lineno}: timestamp {parts[0]!r} is not a number") from None
+        if not np.isfinite(t):
+            raise FrameError(f"{path}:{lineno}: timestamp {parts[0]!r} is not finite")
+        if stamps and t <= stamps[-1]:
+            raise FrameError(
+                f"{path}:{lineno}: timestamp {t:.6f} is not after the previous one ({stamps[-1]:.6f}); "
+                "timestamps must increase")
+        stamps.append(t)
+        names.append(parts[1])
     if not stamps:
         raise FrameError(f"{path}: lists no images")
     return np.asarray(stamps, dtype=np.float64), names

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
 from slam.ros.playback import projection, ros_frames
+from slam.ros.recording import OutputRecord
 from slam.ros.ros1_node import import_rospy
 
 
@@ -62,8 +62,8 @@ def _bag_messages(path: str, topics: dict):
             yield conn.topic, msg
 
 
-class Recorder:
-    """Subscribes to the node's outputs and keeps plain records."""
+class Recorder(OutputRecord):
+    """Subscribes (rospy) to the node's outputs and keeps plain records (``OutputRecord``)."""
 
     def __init__(self, rospy, node: str) -> None:
         from nav_msgs.msg import Odometry
@@ -71,54 +71,12 @@ class Recorder:
         from std_msgs.msg import String
         from tf2_msgs.msg import TFMessage
 
-        self.lock = threading.Condition()
-        self.odom, self.tf, self.clouds, self.images, self.status = [], [], [], [], []
-        self.subs = [rospy.Subscriber(f"{node}/odom", Odometry, self._on_odom, queue_size=1000),
-                     rospy.Subscriber(f"{node}/tracking_status", String, self._on_status, queue_size=1000),
-                     rospy.Subscriber("/tf", TFMessage, self._on_tf, queue_size=1000),
-                     rospy.Subscriber(f"{node}/cloud", PointCloud2, self._on_cloud, queue_size=10),
-                     rospy.Subscriber(f"{node}/rendered", Image, self._on_image, queue_size=10)]
-
-    @staticmethod
-    def _t(stamp) -> float:
-        return stamp.secs + 1e-9 * stamp.nsecs
-
-    def _on_odom(self, m) -> None:
-        p, q = m.pose.pose.position, m.pose.pose.orientation
-        with self.lock:
-            self.odom.append([self._t(m.header.stamp), m.header.frame_id, m.child_frame_id,
-                              p.x, p.y, p.z, q.x, q.y, q.z, q.w])
-            self.lock.notify_all()
-
-    def _on_status(self, m) -> None:
-        with self.lock:
-            self.status.append(m.data)
-
-    def _on_tf(self, m) -> None:
-        with self.lock:
-            for t in m.transforms:
-                a, q = t.transform.translation, t.transform.rotation
-                self.tf.append([self._t(t.header.stamp), t.header.frame_id, t.child_frame_id,
-                                a.x, a.y, a.z, q.x, q.y, q.z, q.w])
-
-    def _on_cloud(self, m) -> None:
-        with self.lock:
-            self.clouds.append([self._t(m.header.stamp), m.header.frame_id, m.width, m.point_step,
-                                [f.name for f in m.fields]])
-
-    def _on_image(self, m) -> None:
-        with self.lock:
-            self.images.append([self._t(m.header.stamp), m.encoding, m.width, m.height])
-
-    def wait_odom(self, n: int, timeout_s: float) -> bool:
-        end = time.monotonic() + timeout_s
-        with self.lock:
-            while len(self.odom) < n:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self.lock.wait(min(left, 0.5))
-            return True
+        super().__init__(lambda stamp: stamp.secs + 1e-9 * stamp.nsecs, image_mean=False, poll_s=0.5)
+        self.subs = [rospy.Subscriber(f"{node}/odom", Odometry, self.on_odom, queue_size=1000),
+                     rospy.Subscriber(f"{node}/tracking_status", String, self.on_status, queue_size=1000),
+                     rospy.Subscriber("/tf", TFMessage, self.on_tf, queue_size=1000),
+                     rospy.Subscriber(f"{node}/cloud", PointCloud2, self.on_cloud, queue_size=10),
+                     rospy.Subscriber(f"{node}/rendered", Image, self.on_image, queue_size=10)]
 
 
 def main(argv=None) -> int:
@@ -170,11 +128,11 @@ def main(argv=None) -> int:
         if role[topic] == "depth" or n["color"] == n["depth"]:
             if args.rate > 0:
                 time.sleep(1.0 / args.rate)
-            elif n["color"] == n["depth"] and not rec.wait_odom(pairs, args.frame_timeout):
+            elif n["color"] == n["depth"] and not rec.wait("odom", pairs, args.frame_timeout):
                 timeouts += 1
                 print(f"ros1_player: no odometry for frame {pairs} within {args.frame_timeout} s", file=sys.stderr)
     pairs = min(n.values())
-    rec.wait_odom(pairs, args.frame_timeout)
+    rec.wait("odom", pairs, args.frame_timeout)
     end = time.monotonic() + args.wait_cloud
     while time.monotonic() < end:
         with rec.lock:

@@ -24,11 +24,12 @@ import time
 from pathlib import Path
 
 from slam.ros.playback import projection, ros_frames
+from slam.ros.recording import OutputRecord
 from slam.ros.ros2_node import import_rclpy, qos_event_callbacks
 
 
-class Recorder:
-    """Subscribes to the node's outputs and keeps plain records (any thread may read under ``lock``)."""
+class Recorder(OutputRecord):
+    """Subscribes (rclpy) to the node's outputs and keeps plain records (``OutputRecord``)."""
 
     def __init__(self, node, name: str) -> None:
         from nav_msgs.msg import Odometry
@@ -36,51 +37,14 @@ class Recorder:
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
 
-        self.lock = threading.Condition()
-        self.odom, self.status, self.clouds, self.images = [], [], [], []
+        super().__init__(lambda stamp: stamp.sec + 1e-9 * stamp.nanosec, image_mean=True, poll_s=0.2)
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.odom_topic = f"{name}/odom"
-        self.subs = [node.create_subscription(Odometry, self.odom_topic, self._on_odom, 1000),
-                     node.create_subscription(String, f"{name}/tracking_status", self._on_status, 1000),
-                     node.create_subscription(PointCloud2, f"{name}/cloud", self._on_cloud, latched),
-                     node.create_subscription(Image, f"{name}/rendered", self._on_image, 100)]
-
-    @staticmethod
-    def _t(stamp) -> float:
-        return stamp.sec + 1e-9 * stamp.nanosec
-
-    def _on_odom(self, m) -> None:
-        p, q = m.pose.pose.position, m.pose.pose.orientation
-        with self.lock:
-            self.odom.append([self._t(m.header.stamp), m.header.frame_id, m.child_frame_id,
-                              p.x, p.y, p.z, q.x, q.y, q.z, q.w])
-            self.lock.notify_all()
-
-    def _on_status(self, m) -> None:
-        with self.lock:
-            self.status.append(m.data)
-
-    def _on_cloud(self, m) -> None:
-        with self.lock:
-            self.clouds.append([self._t(m.header.stamp), m.header.frame_id, m.width, m.point_step,
-                                [f.name for f in m.fields]])
-
-    def _on_image(self, m) -> None:
-        mean = sum(m.data) / max(1, len(m.data))
-        with self.lock:
-            self.images.append([self._t(m.header.stamp), m.encoding, m.width, m.height, mean])
-
-    def wait(self, what: str, n: int, timeout_s: float) -> bool:
-        """Wait until ``len(self.<what>) >= n``; False on timeout."""
-        end = time.monotonic() + timeout_s
-        with self.lock:
-            while len(getattr(self, what)) < n:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self.lock.wait(min(left, 0.2))
-            return True
+        self.subs = [node.create_subscription(Odometry, self.odom_topic, self.on_odom, 1000),
+                     node.create_subscription(String, f"{name}/tracking_status", self.on_status, 1000),
+                     node.create_subscription(PointCloud2, f"{name}/cloud", self.on_cloud, latched),
+                     node.create_subscription(Image, f"{name}/rendered", self.on_image, 100)]
 
 
 def make_messages(frame, frame_id: str):
