@@ -22,6 +22,7 @@ from slam.batch.storage import RunStorage
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``slam_batch`` command line."""
     p = argparse.ArgumentParser(prog="slam_batch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("jobs", nargs="?", default=None, help="YAML jobs file: config, set, grid, jobs (docs/BATCH.md)")
@@ -57,6 +58,7 @@ def _spec(args):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``slam_batch``; returns the exit code (module docstring)."""
     args = build_parser().parse_args(argv)
     if args.cpus_per_job <= 0 or (args.gpus_per_job is not None and args.gpus_per_job < 0) or args.max_retries < 0:
         print("slam_batch: --cpus-per-job must be > 0, --gpus-per-job and --max-retries >= 0", file=sys.stderr)

@@ -84,11 +84,14 @@ def execute_job(job: Job, storage_url: str, cwd: Optional[str] = None, cpus: Opt
     t0 = time.monotonic()
     try:
         with open(run_dir / STDOUT, "wb") as out, open(run_dir / STDERR, "wb") as err:
-            rc = subprocess.run(cmd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL,
-                                cwd=cwd if cwd and os.path.isdir(cwd) else None).returncode
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL,
+                                    cwd=cwd if cwd and os.path.isdir(cwd) else None).returncode
+            except OSError as exc:  # the interpreter could not be started: this job fails, not the batch
+                rc, record["error"] = 127, f"cannot start {cmd[0]}: {exc}"
         record.update(returncode=rc, wall_s=round(time.monotonic() - t0, 3))
         record["status"] = "finished" if rc == 0 else "failed"
-        if rc != 0:
+        if rc != 0 and "error" not in record:
             record["error"] = _error_line(run_dir / STDERR) or f"run_slam exited with code {rc}"
         if rc < 0:
             record["status"] = "running"  # the retry counts this attempt

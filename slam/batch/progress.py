@@ -43,4 +43,5 @@ class BatchProgress:
         self.bar.update(1)
 
     def close(self) -> None:
+        """End the bar (the per-job lines stay)."""
         self.bar.close()

@@ -20,6 +20,7 @@ class BatchResult:
 
     @property
     def failed(self) -> list:
+        """Rows of the jobs that failed."""
         return [r for r in self.rows if r["status"] == "failed"]
 
     @property
@@ -28,6 +29,7 @@ class BatchResult:
         return [r for r in self.rows if r["status"] != "cached"]
 
     def markdown(self) -> str:
+        """The table as markdown (``results.markdown``)."""
         return markdown(self.rows)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from slam.batch.execute import RunKilled, execute_job, outcome
 from slam.batch.jobs import Job

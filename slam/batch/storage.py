@@ -43,6 +43,7 @@ class RunStorage:
         return p if self.is_local else f"{self.protocol}://{p.lstrip('/')}"
 
     def run_path(self, folder: str) -> str:
+        """A job's run folder: ``root/runs/folder``."""
         return self.path(RUNS, folder)
 
     def read_json(self, folder: str, name: str) -> Optional[dict]:
@@ -67,6 +68,7 @@ class RunStorage:
         return self.display(relpath)
 
     def write_job_file(self, folder: str, record: dict) -> None:
+        """Write ``job.json`` (what slam_batch ran there) into a run folder."""
         self.write_bytes(posixpath.join(RUNS, folder, JOB_FILE), (json.dumps(record, indent=2) + "\n").encode())
 
     def clear_run(self, folder: str) -> None:
