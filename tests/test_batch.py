@@ -1,6 +1,7 @@
 """slam_batch: job specs (grid, YAML, errors before anything runs), and real batches of short runs
 on the bundled sample: a 2x2 grid plus a job with bad input on a local Ray cluster with CPU workers
-(table, resumption), a Ray worker killed mid-run (retried), fsspec memory:// storage (--local).
+(table, resumption), a Ray worker killed mid-run (retried), an existing cluster (--address),
+fsspec memory:// storage (--local).
 
 The Ray tests start a local cluster in a subprocess (``python -m slam.batch.cli``); they need
 ``ray`` (the 'test' and 'batch' extras) and skip saying so without it.
@@ -257,6 +258,23 @@ def test_lost_worker_is_retried(tmp_path):
     job = json.loads((out / "runs" / row["folder"] / "job.json").read_text())
     assert job["attempt"] == 2 and job["returncode"] == 0
     assert not Path(f"/proc/{run_pid}").exists()  # the first attempt's run died with its worker
+
+
+@needs_ray
+def test_existing_cluster_by_address_is_used_and_left_running(tmp_path):
+    import ray  # optional: the 'batch' / 'test' extras
+    ctx = ray.init(include_dashboard=False, logging_level="WARNING", num_cpus=2)
+    try:
+        gcs = ctx.address_info["gcs_address"]
+        res = _slam_batch("--address", gcs, "--out", str(tmp_path / "b"), "--cpus-per-job", "1", "--quiet",
+                          "--no-plots", *sum((["--set", s] for s in SHORT), []), "--set", "data.stride=2")
+        assert res.returncode == 0, res.stdout + res.stderr
+        (row,) = _table(tmp_path / "b").values()
+        assert row["status"] == "done" and int(row["frames"]) == 6
+        # the cluster this test started is still there after slam_batch disconnected
+        assert ray.get(ray.remote(lambda: "alive").remote()) == "alive"
+    finally:
+        ray.shutdown()
 
 
 def test_fsspec_memory_storage_local(tmp_path):
