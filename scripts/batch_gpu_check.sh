@@ -16,7 +16,7 @@ DATA=${1:?usage: batch_gpu_check.sh DATA_DIR OUT_DIR [key=value ...]}
 OUT=${2:?usage: batch_gpu_check.sh DATA_DIR OUT_DIR [key=value ...]}
 shift 2
 PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}  # offline: no Ray usage report
 export SPHERE_RASTER_CACHE=${SPHERE_RASTER_CACHE:-/tmp/sphere_raster_cache}
 mkdir -p "$OUT"
 JOBS=(--config 7scenes.yaml --set "data.path=$DATA" --set output.plots=false --grid pruner.enabled=true,false)
