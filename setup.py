@@ -62,20 +62,25 @@ setup(
         "matplotlib>=3.6",
         "ninja",
         "psutil",
+        "fsspec>=2023.1",       # slam_batch output storage: paths and fsspec URLs (torch needs it too)
     ],
     extras_require={
         # the rerun live view / recordings (run_slam --viewer/--rrd/--serve): optional because
         # rerun-sdk >= 0.24 needs NumPy 2, which NVIDIA's torch for JetPack 6 is not built for
         # (docs/JETSON.md); 0.36 is the first with a gRPC server sink that can be bound to an address
         "viewer": ["rerun-sdk>=0.36"],
-        # selenium drives Chromium in tests/test_web_viewer.py
-        "test": ["pytest>=7", "selenium>=4.10", "rerun-sdk>=0.36"],
+        # slam_batch on Ray (without it: slam_batch --local). Ray core is enough: local clusters and
+        # existing ones (--address auto / HOST:PORT); tested with 2.60.0
+        "batch": ["ray>=2.9"],
+        # selenium drives Chromium in tests/test_web_viewer.py; ray runs tests/test_batch.py's local cluster
+        "test": ["pytest>=7", "selenium>=4.10", "rerun-sdk>=0.36", "ray>=2.9"],
     },
     entry_points={
         "console_scripts": [
             "run_slam=slam.cli:main",
             "slam_eval=slam.eval.cli:main",
             "slam_data=slam.data.cli:main",
+            "slam_batch=slam.batch.cli:main",
             "slam_ros1_node=slam.ros.ros1_node:main",
             "slam_ros2_node=slam.ros.ros2_node:main",
         ]

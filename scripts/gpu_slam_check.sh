@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SLAM acceptance runs on a CUDA machine, on 7-Scenes redkitchen frames 0-499:
-#   1. pruner ablation at 640x480 (on = the main run; off; on with half the unpruned budget)
+#   1. pruner ablation at 640x480 (on = the main run; off; on with half the unpruned budget), one
+#      slam_batch run after another (--local: no Ray needed)
 #   2. the same sequence at half resolution
 #   3. map frames 0-249, save, then localise frames 250-499 against the saved map
 # Usage: scripts/gpu_slam_check.sh DATA_DIR OUT_DIR [extra --set overrides for every run...]
@@ -16,7 +17,7 @@ echo "== $(date -u +%F) $(nvidia-smi --query-gpu=name,memory.total --format=csv,
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 echo "== 1. pruner ablation (640x480)"
-$PY scripts/pruner_ablation.py --config 7scenes.yaml --out "$OUT/ablation" "${SETS[@]}"
+$PY scripts/pruner_ablation.py --config 7scenes.yaml --out "$OUT/ablation" --local "${SETS[@]}"
 
 echo "== 2. half resolution (320x240)"
 $PY -m slam.cli --config 7scenes.yaml --out "$OUT/half" --quiet "${SETS[@]}" --set data.downscale=2 --set tracking.downscale=1

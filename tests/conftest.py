@@ -7,6 +7,7 @@ import pytest
 
 os.environ.setdefault("RERUN_ANALYTICS", "0")  # never phone home from tests
 os.environ.setdefault("RERUN_STRICT", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nor from the Ray clusters of tests/test_batch.py
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -42,4 +42,15 @@ def prepare_device(device: torch.device, threaded: bool, seed: int) -> None:
         # Tracking and mapping each run CPU kernels at the same time: split the cores between
         # them. Oversubscribed OpenMP teams spin-wait on descheduled threads and run several times
         # slower than one thread each (measured: 3.5x on 2 cores).
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+        torch.set_num_threads(max(1, cpu_share() // 2))
+
+
+def cpu_share() -> int:
+    """CPU cores this run may use: ``$OMP_NUM_THREADS`` when set to a positive integer (the share a
+    scheduler gave the process, e.g. a Ray task's ``num_cpus`` under ``slam_batch``), else all of
+    the machine's."""
+    try:
+        share = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        share = 0
+    return share if share > 0 else (os.cpu_count() or 2)
