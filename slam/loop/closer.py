@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from slam.config import LoopConfig
+from slam.config import LoopConfig, QualityConfig, TrackingConfig
 from slam.loop.descriptor import global_descriptor, similarity
 from slam.loop.messages import LoopCorrection, LoopEvent
 from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
@@ -36,11 +36,11 @@ class LoopCloser:
     """Revisit detection + verification + pose graph. ``submit``: where corrections go (the
     mapper's ``submit_correction``). ``events`` lists every verified candidate's outcome."""
 
-    def __init__(self, cfg: LoopConfig, depth_noise_quad: float, submit: Callable[[LoopCorrection], None],
-                 backend: str = "auto") -> None:
+    def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig,
+                 submit: Callable[[LoopCorrection], None], backend: str = "auto") -> None:
         self.cfg = cfg
         self.submit = submit
-        self.verifier = LoopVerifier(cfg, depth_noise_quad, backend)
+        self.verifier = LoopVerifier(cfg, tracking, quality, backend)
         self.database: dict[int, _Entry] = {}
         self.loops: list[LoopEdge] = []
         self.events: list[LoopEvent] = []

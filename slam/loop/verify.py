@@ -5,9 +5,11 @@
 2. ICP with depth: projective point-to-plane ICP of the new keyframe's depth points onto the old
    keyframe's depth from the PnP pose; the views must overlap and agree in depth after it
    (similar-looking places with different geometry fail here);
-3. render-and-compare with the sphere map: the map as built around the old visit
-   (``MapSnapshot.render(max_anchor=...)``), rendered at the loop pose, must agree with the new
-   keyframe's depth.
+3. render-and-compare with the sphere map: the tracker (``slam.tracking.tracker``, the same LM
+   and absolute quality test as every frame) aligns the new keyframe with the map as built
+   around the old visit (``MapSnapshot.up_to``) from the ICP pose; it must pass the quality
+   test, and the map rendered at the aligned pose must agree with the keyframe's depth. The
+   aligned pose is the loop's measurement: dense and in the map's own frame.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from slam.config import LoopConfig
+from slam.config import LoopConfig, QualityConfig, TrackingConfig
 from slam.geometry import invert, orthonormalize, pivot_increment
-from slam.mapping.keyframes import Keyframe
+from slam.mapping.keyframes import Keyframe, KeyframeView
 from slam.tracking.features import OrbFeatures, pnp_pose
+from slam.tracking.tracker import Tracker
 
 # Projective ICP samples every ICP_STRIDE-th pixel of the new keyframe (a few thousand points at
 # the tracking resolution) and ignores pairs farther apart than ICP_MAX_PAIR x the depth
@@ -110,11 +113,13 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
 
 
 class LoopVerifier:
-    """The three tests with their thresholds (``loop.*``; depth noise from ``quality``)."""
+    """The three tests with their thresholds (``loop.*``; the tracker's and quality's configs
+    for the dense alignment)."""
 
-    def __init__(self, cfg: LoopConfig, depth_noise_quad: float, backend: str = "auto") -> None:
+    def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
         self.cfg = cfg
-        self.quad = depth_noise_quad
+        self.tracking_cfg, self.quality_cfg = tracking, quality
+        self.quad = quality.depth_noise_quad
         self.backend = backend
 
     def verify(self, new: Keyframe, new_feat: OrbFeatures, old: Keyframe, old_feat: OrbFeatures,
@@ -139,13 +144,21 @@ class LoopVerifier:
         if inl < cfg.min_inliers:
             res.reason = f"depth: {inl:.2f} of the overlap agrees after ICP < {cfg.min_inliers}"
             return res
-        res.render_agreement = self.render_agreement(new, T_w_old @ T_ab, snap, max_anchor)
+        old_map = snap.up_to(max_anchor)
+        tracker = Tracker(self.tracking_cfg, self.quality_cfg, self.backend)
+        tracker.initialise(T_w_old @ T_ab)
+        aligned = tracker.track(KeyframeView.upload(new, old_map.device).observation(), old_map)
+        if not aligned.ok:
+            res.reason = f"map: dense alignment with the old map fails the quality test ({aligned.reason})"
+            return res
+        res.T_ab = invert(np.asarray(T_w_old, dtype=np.float64)) @ aligned.T_wc
+        res.render_agreement = self.render_agreement(new, aligned.T_wc, old_map, None)
         if res.render_agreement < cfg.min_render_agreement:
             res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
         return res
 
     @torch.no_grad()
-    def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: int) -> float:
+    def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: Optional[int]) -> float:
         """Share of the pixels the map covers (valid depth) where the map rendered at ``T_wc``
         agrees with ``kf``'s depth (within loop.depth_tol + quality.depth_noise_quad z^2)."""
         h, w = kf.depth.shape

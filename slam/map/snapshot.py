@@ -96,8 +96,18 @@ class MapSnapshot:
         K = torch.as_tensor(K, dtype=torch.float32)
         if K.device.type != "cpu":
             K = K.cpu()
-        means, radii, colors, opacities = self.means, self.radii, self.colors, self.opacities
-        if max_anchor is not None and self.anchors is not None:
-            keep = self.anchors <= max_anchor
-            means, radii, colors, opacities = means[keep], radii[keep], colors[keep], opacities[keep]
-        return render_spheres(means, radii, colors, opacities, T, K, width, height, backend=backend)
+        snap = self if max_anchor is None else self.up_to(max_anchor)
+        return render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T, K, width, height,
+                              backend=backend)
+
+    @torch.no_grad()
+    def up_to(self, max_anchor: int) -> "MapSnapshot":
+        """The spheres created by keyframes with ids up to ``max_anchor`` (and unanchored ones):
+        the map as it was built by then, as a snapshot of its own (loop verification renders and
+        tracks against it)."""
+        self.wait()
+        if self.anchors is None:
+            return self
+        keep = self.anchors <= max_anchor
+        return MapSnapshot(self.means[keep], self.radii[keep], self.colors[keep], self.opacities[keep], self.version,
+                           None, self.keyframe_poses, self.loop_edges, self.anchors[keep])

@@ -24,7 +24,9 @@ from slam.observation import Observation, depth_edge_mask
 class Keyframe:
     """frame_index: index of the source frame; timestamp: s; T_wc: (4, 4) float64 pose;
     color: (h, w, 3) uint8; depth: (h, w) float16 metres; K: (3, 3) float64 for (h, w);
-    kf_id: the keyframe's id, unique within a map (saved maps keep theirs; -1 = not assigned).
+    kf_id: the keyframe's id, unique within a map (saved maps keep theirs; -1 = not assigned);
+    map_loops: loop corrections the map had applied when the keyframe was tracked (the mapper
+    applies those it missed).
 
     ``T_wc`` is the keyframe's current estimate: the mapper (its one writer) replaces the array
     when it refines the pose or applies a loop correction, never edits it in place, so a reader
@@ -37,6 +39,7 @@ class Keyframe:
     depth: np.ndarray
     K: np.ndarray
     kf_id: int = -1
+    map_loops: int = 0
 
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1, kf_id: int = -1) -> "Keyframe":

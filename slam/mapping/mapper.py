@@ -59,6 +59,7 @@ class Mapper:
         self.keyframe_poses: dict[int, np.ndarray] = {}
         self.loop_edges: list[tuple[int, int]] = []
         self.applied: list[dict] = []            # what each applied loop correction did
+        self._later: list[np.ndarray] = []       # each applied correction's ``later`` (in order)
         self._inbox: list = []                   # loop corrections waiting (loop stage -> mapper)
         self._inbox_lock = threading.Lock()
 
@@ -103,6 +104,7 @@ class Mapper:
         moved = self.smap.move_anchored(moved_kf)
         self.poses.reset(moved_kf)
         self.loop_edges.append(tuple(corr.edge))
+        self._later.append(np.asarray(corr.later, dtype=np.float64))
         seam = self.store.around([i for i in corr.edge], self.cfg.window)
         loss = self._cycle(seam, self.cfg.seam_iters) if seam and self.smap.n else float("nan")
         shift = max((motion_size(C)[0] for C in moved_kf.values()), default=0.0)
@@ -123,6 +125,10 @@ class Mapper:
         for corr in pending:
             self._apply_correction(corr)
         report.loop_corrections = len(pending)
+        # A keyframe tracked before the tracker saw some corrections is moved by those it missed.
+        for C in self._later[kf.map_loops:]:
+            kf.T_wc = orthonormalize(C @ kf.T_wc)
+        kf.map_loops = len(self._later)
         device = self.smap.device
         if not self.store.items and not self.poses.fixed:
             self.poses.fixed.add(kf.kf_id)       # the first keyframe holds the gauge

@@ -81,7 +81,7 @@ class SlamSystem:
         self.loop: Optional[LoopCloser] = None
         if cfg.loop.enabled:
             if gtsam_available():
-                self.loop = LoopCloser(cfg.loop, cfg.quality.depth_noise_quad, self.mapper.submit_correction, backend)
+                self.loop = LoopCloser(cfg.loop, cfg.tracking, cfg.quality, self.mapper.submit_correction, backend)
             else:
                 log.error("loop closure needs gtsam (pip install gtsam; docs/ARCHITECTURE.md): running without it")
 
@@ -148,6 +148,8 @@ class SlamSystem:
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
         kf = Keyframe.from_frame(frame, res.T_wc, self._keyframe_downscale, kf_id) if is_kf else None
+        if kf is not None:
+            kf.map_loops = len(snap.loop_edges) if snap is not None else 0
         return rec, kf
 
     def map_keyframe(self, kf: Keyframe) -> None:
