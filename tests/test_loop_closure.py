@@ -12,7 +12,7 @@ import torch
 
 from slam.config import load_config
 from slam.data.sources import open_source
-from slam.map.map_io import keyframes_path, load_saved_map, save_keyframes, save_map
+from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
 from slam.mapping.keyframes import Keyframe
@@ -109,11 +109,11 @@ def test_spheres_move_with_their_anchor_keyframe_and_anchors_survive_save_and_lo
     kf = Keyframe(3, 0.1, np.eye(4), np.zeros((6, 8, 3), np.uint8), np.ones((6, 8), np.float16), np.eye(3), kf_id=7)
     save_map(tmp_path / "map.ply", smap.active(), smap.anchors[: smap.n])
     save_keyframes(keyframes_path(tmp_path / "map.ply"), [kf], smap.n)
-    saved = load_saved_map(tmp_path / "map.ply")
+    saved = load_saved_map_anchored(tmp_path / "map.ply")
     assert saved.anchors.tolist() == [0, 0, 0, 7, 7] and saved.keyframes[0].kf_id == 7
     save_map(tmp_path / "old.ply", smap.active())                      # a map saved without anchors
     save_keyframes(keyframes_path(tmp_path / "old.ply"), [kf], smap.n)
-    assert load_saved_map(tmp_path / "old.ply").anchors is None
+    assert load_saved_map_anchored(tmp_path / "old.ply").anchors is None
 
 
 def test_the_viewer_draws_loop_edges_between_keyframe_centres():

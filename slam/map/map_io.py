@@ -263,9 +263,16 @@ class SavedMap(NamedTuple):
     anchors: Optional[torch.Tensor]
 
 
-def load_saved_map(map_path: str | Path) -> SavedMap:
-    """A saved map and its keyframes. Raises ``FileNotFoundError``, ``MapFormatError`` (bad PLY,
-    empty map) or ``SideFileError`` (bad or missing side file)."""
+def load_saved_map(map_path: str | Path) -> tuple[torch.Tensor, list]:
+    """A saved map and its keyframes: (rows (N, 8), keyframes). Raises as ``load_saved_map_anchored``."""
+    saved = load_saved_map_anchored(map_path)
+    return saved.rows, saved.keyframes
+
+
+def load_saved_map_anchored(map_path: str | Path) -> SavedMap:
+    """A saved map, its keyframes and its spheres' anchor keyframe ids. Raises
+    ``FileNotFoundError``, ``MapFormatError`` (bad PLY, empty map) or ``SideFileError`` (bad or
+    missing side file)."""
     rows, anchors = load_map(map_path)
     if rows.shape[0] == 0:
         raise MapFormatError(f"{map_path}: the map has no spheres")

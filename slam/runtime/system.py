@@ -30,7 +30,7 @@ from slam.data.frame import Frame
 from slam.geometry import orthonormalize
 from slam.loop.closer import LoopCloser
 from slam.loop.pose_graph import gtsam_available
-from slam.map.map_io import load_saved_map
+from slam.map.map_io import load_saved_map_anchored
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
 from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
@@ -97,7 +97,7 @@ class SlamSystem:
         ``slam.map.map_io.MapFormatError``."""
         if mode not in ("localize", "continue"):
             raise ValueError(f"saved-map mode must be 'localize' or 'continue', got '{mode}'")
-        rows, keyframes, anchors = load_saved_map(map_path)
+        rows, keyframes, anchors = load_saved_map_anchored(map_path)
         self.smap.load_rows(rows, anchors)
         self.mapper.fix_keyframes(keyframes)      # the saved keyframes hold the gauge
         self._next_kf_id = max(kf.kf_id for kf in keyframes) + 1
