@@ -54,6 +54,10 @@ setup(
         "plyfile>=1.0",
         "tqdm>=4.60",
         "pooch>=1.7",           # dataset download, cache and checksum (slam/data/fetch.py)
+        # loop closure's pose graph (slam/loop/pose_graph.py, docs/ARCHITECTURE.md): 4.3.0 wheels
+        # for x86-64 3.11/3.12 and aarch64 3.12; aarch64 3.10 (JetPack 6) has only 4.3a1, which
+        # the pre-release in this specifier admits
+        "gtsam>=4.3a1",
         "requests>=2.28",       # resumable HTTP transfers under pooch (slam/data/fetch.py)
         # RealSense cameras and recordings (slam/data/realsense.py): PyPI has wheels for Linux
         # x86-64 and aarch64 (2.59.1+) and Windows x64, none for macOS (docs/DATA.md)

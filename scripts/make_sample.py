@@ -458,8 +458,11 @@ def make_raycasting_scene(objs):
 # ----------------------------------------------------------------------------------------------
 # Camera path
 # ----------------------------------------------------------------------------------------------
-def intrinsics():
-    return np.array([[FX, 0.0, CX], [0.0, FY, CY], [0.0, 0.0, 1.0]])
+def intrinsics(width=WIDTH, height=HEIGHT):
+    """K (3, 3) of the sample camera at ``width`` x ``height`` (the field of view kept; OpenCV
+    pixel centres)."""
+    sx, sy = width / WIDTH, height / HEIGHT
+    return np.array([[FX * sx, 0.0, (CX + 0.5) * sx - 0.5], [0.0, FY * sy, (CY + 0.5) * sy - 0.5], [0.0, 0.0, 1.0]])
 
 
 def camera_pose(k, total=TOTAL_FRAMES):
@@ -505,13 +508,13 @@ def rot_to_quat(R):
 # ----------------------------------------------------------------------------------------------
 # Rendering
 # ----------------------------------------------------------------------------------------------
-def _pixel_rays(offsets):
+def _pixel_rays(offsets, width=WIDTH, height=HEIGHT):
     """Camera-frame ray directions (not normalised, z = 1) for the given sub-pixel offsets.
 
     Returns (len(offsets), H, W, 3). Pixel (col i, row j) has its centre at (u, v) = (i, j).
     """
-    Kinv = np.linalg.inv(intrinsics())
-    jj, ii = np.meshgrid(np.arange(HEIGHT, dtype=np.float64), np.arange(WIDTH, dtype=np.float64), indexing="ij")
+    Kinv = np.linalg.inv(intrinsics(width, height))
+    jj, ii = np.meshgrid(np.arange(height, dtype=np.float64), np.arange(width, dtype=np.float64), indexing="ij")
     out = []
     for du, dv in offsets:
         pix = np.stack([ii + du, jj + dv, np.ones_like(ii)], axis=-1)
@@ -552,13 +555,17 @@ def _shade(objs, gid, p, n_prim, d):
 
 
 class Renderer:
-    def __init__(self, seed=SEED):
+    """Ray casts the scene at ``width`` x ``height`` (default: the sample's) with ``supersample``^2
+    colour rays per pixel."""
+
+    def __init__(self, seed=SEED, width=WIDTH, height=HEIGHT, supersample=SUPERSAMPLE):
         self.objs = build_scene_objects(seed)
         self.scene = make_raycasting_scene(self.objs)
-        step = 1.0 / SUPERSAMPLE
-        offs = [(-0.5 + step * (a + 0.5), -0.5 + step * (b + 0.5)) for b in range(SUPERSAMPLE) for a in range(SUPERSAMPLE)]
-        self.rays_sub = _pixel_rays(offs).reshape(-1, 3)  # colour rays
-        self.rays_ctr = _pixel_rays([(0.0, 0.0)]).reshape(-1, 3)  # depth rays (pixel centres)
+        self.width, self.height, self.supersample = width, height, supersample
+        step = 1.0 / supersample
+        offs = [(-0.5 + step * (a + 0.5), -0.5 + step * (b + 0.5)) for b in range(supersample) for a in range(supersample)]
+        self.rays_sub = _pixel_rays(offs, width, height).reshape(-1, 3)  # colour rays
+        self.rays_ctr = _pixel_rays([(0.0, 0.0)], width, height).reshape(-1, 3)  # depth rays (pixel centres)
 
     def _cast(self, T, rays_cam):
         import open3d as o3d
@@ -577,11 +584,11 @@ class Renderer:
         finite = np.isfinite(t)
         p = o + d * np.where(finite, t, 0.0)[:, None]
         col = _shade(self.objs, gid, p, r["primitive_normals"].numpy().astype(np.float64), d)
-        col = col.reshape(SUPERSAMPLE * SUPERSAMPLE, HEIGHT, WIDTH, 3).mean(axis=0)
+        col = col.reshape(self.supersample ** 2, self.height, self.width, 3).mean(axis=0)
         rgb = np.clip(np.round(col * 255.0), 0, 255).astype(np.uint8)
         t, norm, d, o, r = self._cast(T, self.rays_ctr)
         # ray distance along the unit ray -> z-depth: the camera-frame ray (x, y, 1) has z = 1/norm
-        z = np.where(np.isfinite(t), t / norm, 0.0).reshape(HEIGHT, WIDTH)
+        z = np.where(np.isfinite(t), t / norm, 0.0).reshape(self.height, self.width)
         return rgb, z
 
 

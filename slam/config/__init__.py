@@ -3,9 +3,9 @@
 ``load_config(path, overrides=["tracking.iters=20"])`` returns a ``Config``."""
 from slam.config.loading import (ConfigError, apply_overrides, config_from_dict, dump_config, load_config, load_raw,
                                  validate)
-from slam.config.schema import (Config, DataConfig, MapConfig, MappingConfig, OutputConfig, PrunerConfig, QualityConfig,
+from slam.config.schema import (Config, DataConfig, LoopConfig, MapConfig, MappingConfig, OutputConfig, PrunerConfig, QualityConfig,
                                 RasterConfig, ReinitConfig, RelocaliseConfig, SystemConfig, TrackingConfig, ViewerConfig)
 
 __all__ = ["ConfigError", "apply_overrides", "config_from_dict", "dump_config", "load_config", "load_raw", "validate",
-           "Config", "DataConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig", "QualityConfig", "RasterConfig", "ReinitConfig",
+           "Config", "DataConfig", "LoopConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig", "QualityConfig", "RasterConfig", "ReinitConfig",
            "RelocaliseConfig", "SystemConfig", "TrackingConfig", "ViewerConfig"]

@@ -201,6 +201,8 @@ def validate(cfg: Config) -> None:
         "relocalise.after_failures_saved_map": cfg.relocalise.after_failures_saved_map,
         "relocalise.max_skip": cfg.relocalise.max_skip, "relocalise.coarse_width": cfg.relocalise.coarse_width,
         "relocalise.top_k": cfg.relocalise.top_k,
+        "loop.queue_size": cfg.loop.queue_size, "loop.min_separation": cfg.loop.min_separation,
+        "loop.top_k": cfg.loop.top_k,
     }
     for key, value in positive.items():
         if value < 1:
@@ -219,6 +221,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
     if cfg.tracking.analytic_iters < 0:
         raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
+    lp = cfg.loop
+    sigmas = (lp.odometry_sigma_trans, lp.odometry_sigma_rot_deg, lp.loop_sigma_trans, lp.loop_sigma_rot_deg)
+    if min(sigmas) <= 0:
+        raise ConfigError("loop.*_sigma_*: pose-graph standard deviations must be > 0")
+    if cfg.mapping.lr_pose_rot < 0 or cfg.mapping.lr_pose_trans < 0 or cfg.mapping.seam_iters < 0:
+        raise ConfigError("mapping.lr_pose_rot / lr_pose_trans / seam_iters must be >= 0")
     v = cfg.viewer
     if not 1 <= v.grpc_port <= 65535 or not 0 <= v.web_port <= 65535 or (v.web_port and v.web_port == v.grpc_port):
         raise ConfigError(f"viewer.grpc_port / viewer.web_port: ports 1-65535 (web 0 = no page), different, "

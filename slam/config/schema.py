@@ -142,6 +142,40 @@ class MappingConfig:
     densify_stride: int = 2         # sample every n-th pixel when adding spheres
     radius_scale: float = 0.5       # initial radius = scale * stride * z / f (half a grid cell)
     initial_opacity: float = 0.9
+    # Keyframe pose refinement (slam/mapping/pose_refine.py): every window keyframe's pose but the
+    # gauge's (the first keyframe, and a saved map's keyframes) is optimised with the spheres by
+    # Adam on a small se(3) increment, gradients through the rasterizer's backward.
+    refine_poses: bool = True
+    lr_pose_rot: float = 0.0002     # rad per Adam step (rotation about the camera centre)
+    lr_pose_trans: float = 0.0002   # m per Adam step
+    seam_iters: int = 40            # steps over the loop's keyframes after a loop correction
+
+
+@dataclass
+class LoopConfig:
+    """Loop closure (slam/loop/): revisit detection among keyframes, geometric verification, a
+    pose graph of keyframes (gtsam) and the map moved with its keyframes."""
+
+    enabled: bool = True            # needs gtsam (optional dependency; missing = logged, off)
+    queue_size: int = 8             # keyframes waiting for the loop stage; when full the mapper
+                                    # skips loop detection for a keyframe (never blocks)
+    min_separation: int = 10        # candidates are at least this many keyframes older ...
+    max_distance: float = 1.5       # ... with a camera centre within this many metres (drift bound)
+    min_similarity: float = 0.5     # global descriptor (normalised thumbnail) correlation to be a candidate
+    top_k: int = 3                  # best candidates verified per keyframe
+    min_pnp_inliers: int = 30       # ORB + PnP RANSAC inliers to go on to the depth checks
+    icp_iters: int = 10             # point-to-plane ICP iterations on the two keyframes' depths
+    depth_tol: float = 0.03         # m: a point agrees when within depth_tol + quality.depth_noise_quad z^2
+    min_overlap: float = 0.3        # share of the keyframe's points that land in the other's view
+    min_inliers: float = 0.7        # share of those that agree in depth after ICP
+    min_render_agreement: float = 0.6  # render-and-compare: share of the covered pixels where
+                                    # the map rendered at the loop pose agrees with the depth
+    min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
+    min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
+    odometry_sigma_trans: float = 0.01    # m: odometry edge std-dev between consecutive keyframes
+    odometry_sigma_rot_deg: float = 0.5   # deg
+    loop_sigma_trans: float = 0.01        # m: loop edge std-dev (Huber-robust)
+    loop_sigma_rot_deg: float = 0.5       # deg
 
 
 @dataclass
@@ -221,6 +255,7 @@ class Config:
     mapping: MappingConfig = field(default_factory=MappingConfig)
     map: MapConfig = field(default_factory=MapConfig)
     pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     viewer: ViewerConfig = field(default_factory=ViewerConfig)
     system: SystemConfig = field(default_factory=SystemConfig)

@@ -2,14 +2,18 @@
 
 Layout (one vertex per sphere, float32): x y z, nx ny nz (0), f_dc_0..2 (SH degree-0 colour:
 rgb = 0.5 + C0 * f_dc), opacity (logit), scale_0..2 (log radius, repeated: isotropic),
-rot_0..3 (identity quaternion w x y z = 1 0 0 0). Common splat viewers open it; ``load_map_rows``
-restores the parameter rows (means, log radius, opacity logit exact; colour within float rounding).
+rot_0..3 (identity quaternion w x y z = 1 0 0 0), and, when known, anchor_kf (int32: the id of
+the keyframe that created the sphere, ``SphereMap.anchors``; viewers ignore the extra field).
+Common splat viewers open it; ``load_map_rows`` restores the parameter rows (means, log radius,
+opacity logit exact; colour within float rounding); ``load_map`` also the anchors (None for a map
+saved without them: it loads, unanchored).
 """
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -29,13 +33,17 @@ class MapFormatError(ValueError):
     """The file is not a sphere map this package can load; the message names file and problem."""
 
 
-def save_map(path: str | Path, rows: torch.Tensor) -> None:
-    """Write parameter rows (N, 8) (see ``slam.map.sphere_map``) as a 3DGS PLY."""
+def save_map(path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tensor] = None) -> None:
+    """Write parameter rows (N, 8) (see ``slam.map.sphere_map``) as a 3DGS PLY, with the
+    spheres' anchor keyframe ids (N,) when given."""
 
     rows = rows.detach().float().cpu()
     n = rows.shape[0]
     rgb = torch.sigmoid(rows[:, COLOR]).numpy()
-    data = np.zeros(n, dtype=[(f, "f4") for f in FIELDS])
+    dtype = [(f, "f4") for f in FIELDS] + ([("anchor_kf", "i4")] if anchors is not None else [])
+    data = np.zeros(n, dtype=dtype)
+    if anchors is not None:
+        data["anchor_kf"] = anchors.detach().cpu().numpy().astype(np.int32)
     xyz = rows[:, MEANS].numpy()
     data["x"], data["y"], data["z"] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
     for i in range(3):
@@ -52,6 +60,13 @@ def save_map(path: str | Path, rows: torch.Tensor) -> None:
 
 def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
     """Read a 3DGS PLY written by ``save_map`` (or any isotropic one) -> rows (N, 8) float32.
+    Raises as ``load_map``."""
+    return load_map(path, isotropy_tol)[0]
+
+
+def load_map(path: str | Path, isotropy_tol: float = 1e-4) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Read a 3DGS PLY -> (rows (N, 8) float32, anchor keyframe ids (N,) int32 or None when the
+    file has none).
 
     Raises ``FileNotFoundError`` or ``MapFormatError`` (missing fields, non-float fields,
     anisotropic scales, non-identity rotations, truncated file, non-finite values).
@@ -94,7 +109,10 @@ def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
     rows[:, OPACITY] = data["opacity"]
     if not np.all(np.isfinite(rows)):
         raise MapFormatError(f"{path}: non-finite values in the map")
-    return torch.from_numpy(rows)
+    anchors = None
+    if "anchor_kf" in names:
+        anchors = torch.from_numpy(np.asarray(data["anchor_kf"]).astype(np.int32))
+    return torch.from_numpy(rows), anchors
 
 
 # --------------------------------------------------------------------------- keyframe side file
@@ -106,6 +124,8 @@ def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
 #   T_wc          (K, 4, 4) float64 camera-to-world pose, the map's world frame
 #   K             (K, 3, 3) float64 intrinsics of the stored images (OpenCV pixel centres)
 #   color         (K, h, w, 3) uint8 RGB                depth       (K, h, w) float16 metres, 0 = invalid
+#   keyframe_id   (K,)  int64   optional: the keyframes' ids (the map's anchor_kf refer to them);
+#                 absent in older files: the ids are then 0..K-1
 # Images are the keyframe store's, downscaled by an integer factor so that w <= max_width.
 SIDE_FILE_FORMAT = "sphere-slam-keyframes"
 SIDE_FILE_VERSION = 1
@@ -151,6 +171,7 @@ def save_keyframes(path: str | Path, keyframes: list, map_spheres: int, max_widt
     small = {"format": np.array(SIDE_FILE_FORMAT), "version": np.array(SIDE_FILE_VERSION),
              "map_spheres": np.array(int(map_spheres)),
              "frame_index": np.array([k.frame_index for k in keyframes], dtype=np.int64),
+             "keyframe_id": np.array([k.kf_id for k in keyframes], dtype=np.int64),
              "timestamp": np.array([k.timestamp for k in keyframes], dtype=np.float64),
              "T_wc": np.stack([np.asarray(k.T_wc, dtype=np.float64) for k in keyframes]),
              "K": np.stack([np.asarray(_shrink_K(k, max_width), dtype=np.float64) for k in keyframes])}
@@ -202,6 +223,7 @@ def load_keyframes(path: str | Path, map_spheres: int | None = None) -> list:
             if missing:
                 raise SideFileError(f"{path}: not a keyframe side file, missing arrays {missing}")
             data = {k: z[k] for k in _SIDE_KEYS}
+            ids = z["keyframe_id"] if "keyframe_id" in z.files else None
     except SideFileError:
         raise
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
@@ -225,15 +247,33 @@ def load_keyframes(path: str | Path, map_spheres: int | None = None) -> list:
     if map_spheres is not None and int(data["map_spheres"]) != int(map_spheres):
         raise SideFileError(f"{path}: written for a map of {int(data['map_spheres'])} spheres, but the map "
                             f"has {int(map_spheres)}: the two files do not belong together")
+    if ids is None or ids.shape != (n,) or len(set(ids.tolist())) != n or int(ids.min()) < 0:
+        ids = np.arange(n)   # older files, or ids never assigned: the order is the id
     return [Keyframe(int(data["frame_index"][i]), float(data["timestamp"][i]), data["T_wc"][i].copy(),
                      np.ascontiguousarray(data["color"][i]), np.ascontiguousarray(data["depth"][i]),
-                     data["K"][i].copy()) for i in range(n)]
+                     data["K"][i].copy(), int(ids[i])) for i in range(n)]
+
+
+class SavedMap(NamedTuple):
+    """rows: (N, 8) parameter rows; keyframes: ``Keyframe`` list (with ids); anchors: (N,) int32
+    anchor keyframe ids or None (a map saved without them)."""
+
+    rows: torch.Tensor
+    keyframes: list
+    anchors: Optional[torch.Tensor]
 
 
 def load_saved_map(map_path: str | Path) -> tuple[torch.Tensor, list]:
-    """A saved map and its keyframes: (rows (N, 8), keyframes). Raises ``FileNotFoundError``,
-    ``MapFormatError`` (bad PLY, empty map) or ``SideFileError`` (bad or missing side file)."""
-    rows = load_map_rows(map_path)
+    """A saved map and its keyframes: (rows (N, 8), keyframes). Raises as ``load_saved_map_anchored``."""
+    saved = load_saved_map_anchored(map_path)
+    return saved.rows, saved.keyframes
+
+
+def load_saved_map_anchored(map_path: str | Path) -> SavedMap:
+    """A saved map, its keyframes and its spheres' anchor keyframe ids. Raises
+    ``FileNotFoundError``, ``MapFormatError`` (bad PLY, empty map) or ``SideFileError`` (bad or
+    missing side file)."""
+    rows, anchors = load_map(map_path)
     if rows.shape[0] == 0:
         raise MapFormatError(f"{map_path}: the map has no spheres")
-    return rows, load_keyframes(keyframes_path(map_path), map_spheres=int(rows.shape[0]))
+    return SavedMap(rows, load_keyframes(keyframes_path(map_path), map_spheres=int(rows.shape[0])), anchors)

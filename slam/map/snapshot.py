@@ -29,7 +29,10 @@ class MapSnapshot:
 
     means: (N, 3) float32 metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
     opacities: (N,) in [0, 1]; version: increases with every publish; ready: CUDA event recorded
-    on the mapper's stream after the tensors were written (None on the CPU).
+    on the mapper's stream after the tensors were written (None on the CPU); keyframe_poses:
+    keyframe id -> (4, 4) float64 T_wc, the keyframe poses this map version was optimised with
+    (refined, loop-corrected; the tracker re-bases on its reference keyframe's); loop_edges:
+    accepted loop closures as (keyframe id, keyframe id) pairs (the viewer draws them).
     """
 
     means: torch.Tensor
@@ -38,6 +41,9 @@ class MapSnapshot:
     opacities: torch.Tensor
     version: int
     ready: Optional[torch.cuda.Event] = None
+    keyframe_poses: dict = field(default_factory=dict, repr=False, compare=False)
+    loop_edges: tuple = ()
+    anchors: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)   # (N,) int32
     # CUDA streams already synchronised with ``ready`` (see ``wait``); internal bookkeeping.
     _synced: set = field(default_factory=set, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -62,20 +68,24 @@ class MapSnapshot:
                 return
             if self.ready is not None:
                 stream.wait_event(self.ready)
-            for t in (self.means, self.radii, self.colors, self.opacities):
-                t.record_stream(stream)
+            for t in (self.means, self.radii, self.colors, self.opacities, self.anchors):
+                if t is not None:
+                    t.record_stream(stream)
             self._synced.add(key)
 
     @torch.no_grad()
     def render(self, K, width: int, height: int, *, T_wc: Optional[np.ndarray] = None,
-               T_cw: Optional[np.ndarray] = None, backend: str = "auto") -> rasterizer.RasterOutput:
+               T_cw: Optional[np.ndarray] = None, backend: str = "auto",
+               max_anchor: Optional[int] = None) -> rasterizer.RasterOutput:
         """Render the snapshot seen from a camera pose, on the caller's current stream.
 
         K: (3, 3) intrinsics of the target resolution (tensor or array; kept on the CPU, where the
         rasterizer reads it without a device sync). width, height: px. Exactly one of
         T_wc (4, 4) camera-to-world or T_cw (4, 4) world-to-camera (host arrays, float64; the
         tracker keeps its estimate as T_cw). Returns ``rasterizer.RasterOutput`` (colour (H, W, 3),
-        depth (H, W) metres, alpha (H, W)); never records gradients.
+        depth (H, W) metres, alpha (H, W)); never records gradients. ``max_anchor``: render only
+        the spheres created by keyframes with ids up to it (and unanchored ones): the map as it
+        was built by then (loop verification).
         """
         if (T_wc is None) == (T_cw is None):
             raise ValueError("give exactly one of T_wc and T_cw")
@@ -86,5 +96,18 @@ class MapSnapshot:
         K = torch.as_tensor(K, dtype=torch.float32)
         if K.device.type != "cpu":
             K = K.cpu()
-        return render_spheres(self.means, self.radii, self.colors, self.opacities, T, K, width, height,
+        snap = self if max_anchor is None else self.up_to(max_anchor)
+        return render_spheres(snap.means, snap.radii, snap.colors, snap.opacities, T, K, width, height,
                               backend=backend)
+
+    @torch.no_grad()
+    def up_to(self, max_anchor: int) -> "MapSnapshot":
+        """The spheres created by keyframes with ids up to ``max_anchor`` (and unanchored ones):
+        the map as it was built by then, as a snapshot of its own (loop verification renders and
+        tracks against it)."""
+        self.wait()
+        if self.anchors is None:
+            return self
+        keep = self.anchors <= max_anchor
+        return MapSnapshot(self.means[keep], self.radii[keep], self.colors[keep], self.opacities[keep], self.version,
+                           None, self.keyframe_poses, self.loop_edges, self.anchors[keep])

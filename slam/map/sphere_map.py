@@ -5,6 +5,10 @@ Each sphere is one row of ``params`` (C, 8) float32, C the allocated capacity:
     [4:7] colour logits (RGB = sigmoid)   [7] opacity logit (opacity = sigmoid)
 Four geometric parameters (xyz + one radius); no rotations, no anisotropic scales.
 
+``anchors`` (C,) int32, row-aligned: the id of the keyframe that created each sphere (-1 = none,
+e.g. a map saved before anchors existed). A loop correction moves each sphere with its anchor
+keyframe (``move_anchored``).
+
 The Adam moments and every per-sphere statistic live in tensors with the same row layout, so
 adding and removing spheres keeps the optimiser state consistent by construction: removal
 compacts every row-aligned tensor with the same index. Capacity grows in chunks; the hard budget
@@ -41,8 +45,8 @@ def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def bytes_per_sphere() -> int:
-    """Device bytes one sphere costs: params + two Adam moments + step + statistics."""
-    return 4 * (3 * PARAM_DIM + 1 + len(STAT_NAMES))
+    """Device bytes one sphere costs: params + two Adam moments + step + anchor + statistics."""
+    return 4 * (3 * PARAM_DIM + 2 + len(STAT_NAMES))
 
 
 class SphereMap:
@@ -71,6 +75,7 @@ class SphereMap:
         self.exp_avg = torch.zeros(0, PARAM_DIM, device=self.device)
         self.exp_avg_sq = torch.zeros(0, PARAM_DIM, device=self.device)
         self.steps = torch.zeros(0, device=self.device)
+        self.anchors = torch.zeros(0, dtype=torch.int32, device=self.device)
         self.stats = {name: torch.zeros(0, device=self.device) for name in STAT_NAMES}
         self._published: Optional[MapSnapshot] = None
         self._version = 0
@@ -102,14 +107,17 @@ class SphereMap:
         self.exp_avg = grown(self.exp_avg)
         self.exp_avg_sq = grown(self.exp_avg_sq)
         self.steps = grown(self.steps)
+        self.anchors = grown(self.anchors)
         self.stats = {k: grown(v) for k, v in self.stats.items()}
         self.capacity = cap
 
-    def add(self, means: torch.Tensor, radii: torch.Tensor, colors: torch.Tensor, opacities: torch.Tensor) -> int:
+    def add(self, means: torch.Tensor, radii: torch.Tensor, colors: torch.Tensor, opacities: torch.Tensor,
+            anchor: int = -1) -> int:
         """Append spheres (in priority order); returns how many fit in the budget.
 
-        means (M, 3) metres world; radii (M,) metres > 0; colors (M, 3) in [0, 1]; opacities (M,).
-        New rows start with zero Adam state and zero statistics.
+        means (M, 3) metres world; radii (M,) metres > 0; colors (M, 3) in [0, 1]; opacities (M,);
+        anchor: id of the keyframe that seeds them. New rows start with zero Adam state and zero
+        statistics.
         """
         m = min(int(means.shape[0]), self.budget - self.n)
         if m <= 0:
@@ -125,6 +133,7 @@ class SphereMap:
         self.exp_avg[sl] = 0
         self.exp_avg_sq[sl] = 0
         self.steps[sl] = 0
+        self.anchors[sl] = int(anchor)
         for v in self.stats.values():
             v[sl] = 0
         self.n += m
@@ -144,7 +153,7 @@ class SphereMap:
         removed = self.n - k
         if removed == 0:
             return 0
-        for t in [self.params, self.exp_avg, self.exp_avg_sq, self.steps, *self.stats.values()]:
+        for t in [self.params, self.exp_avg, self.exp_avg_sq, self.steps, self.anchors, *self.stats.values()]:
             t[:k] = t[keep]
             t[k : self.n] = 0
         self.n = k
@@ -180,18 +189,43 @@ class SphereMap:
         num = (m * ((1.0 - keep) / bc1)).mul_(lr)
         self.params[n0:n].addcdiv_(num, denom, value=-1.0)
 
+    @torch.no_grad()
+    def move_anchored(self, corrections: dict) -> int:
+        """Move every non-frozen sphere whose anchor keyframe id is a key of ``corrections``
+        (id -> (4, 4) float64 world-frame correction C: new = C @ old) rigidly with it; returns how
+        many moved. Adam moments are kept (they are relative to the parameters)."""
+        if not corrections or self.n == 0:
+            return 0
+        ids = torch.tensor(sorted(corrections), dtype=torch.int32, device=self.device)
+        mats = torch.stack([torch.as_tensor(corrections[int(i)], dtype=torch.float32) for i in ids.tolist()])
+        mats = mats.to(self.device)
+        anchors = self.anchors[self.frozen:self.n]
+        slot = torch.searchsorted(ids, anchors).clamp_max(len(ids) - 1)
+        hit = ids[slot] == anchors
+        rows = torch.nonzero(hit).squeeze(1) + self.frozen
+        if rows.numel() == 0:
+            return 0
+        C = mats[slot[hit]]                                          # (M, 4, 4)
+        p = self.params[rows][:, MEANS]
+        self.params[rows, 0:3] = torch.einsum("mij,mj->mi", C[:, :3, :3], p) + C[:, :3, 3]
+        return int(rows.numel())
+
     # ------------------------------------------------------------------ publishing
-    def publish(self) -> MapSnapshot:
-        """Make the current parameters the version the tracker renders (atomic swap)."""
+    def publish(self, keyframe_poses: Optional[dict] = None, loop_edges: tuple = ()) -> MapSnapshot:
+        """Make the current parameters the version the tracker renders (atomic swap), with the
+        keyframe poses they were optimised with (id -> (4, 4) float64 T_wc; the caller hands over
+        a dict it will not change) and the accepted loop edges ((id_a, id_b) pairs)."""
         with torch.no_grad():
             means, radii, colors, opacities = (t.contiguous().clone() for t in self.activated())
+            anchors = self.anchors[: self.n].clone()
         ready = None
         if means.is_cuda:
             ready = torch.cuda.Event()
             ready.record()
         with self._publish_lock:
             self._version += 1
-            snap = MapSnapshot(means, radii, colors, opacities, self._version, ready)
+            snap = MapSnapshot(means, radii, colors, opacities, self._version, ready,
+                               keyframe_poses if keyframe_poses is not None else {}, tuple(loop_edges), anchors)
             self._published = snap
         return snap
 
@@ -201,8 +235,9 @@ class SphereMap:
             return self._published
 
     # ------------------------------------------------------------------ load
-    def load_rows(self, rows: torch.Tensor) -> None:
-        """Replace the map by raw parameter rows (N, 8) (e.g. loaded from a PLY)."""
+    def load_rows(self, rows: torch.Tensor, anchors: Optional[torch.Tensor] = None) -> None:
+        """Replace the map by raw parameter rows (N, 8) (e.g. loaded from a PLY) and their anchor
+        keyframe ids (N,) (None = unanchored, -1)."""
         if rows.ndim != 2 or rows.shape[1] != PARAM_DIM:
             raise ValueError(f"expected (N, {PARAM_DIM}) parameter rows, got {tuple(rows.shape)}")
         if rows.shape[0] > self.budget:
@@ -214,5 +249,8 @@ class SphereMap:
         for v in self.stats.values():
             v.zero_()
         self.params[: rows.shape[0]] = rows.to(self.device, torch.float32)
+        self.anchors.fill_(-1)
+        if anchors is not None:
+            self.anchors[: rows.shape[0]] = anchors.to(self.device, torch.int32)
         self.n = int(rows.shape[0])
         self.peak_n = max(self.peak_n, self.n)

@@ -23,7 +23,14 @@ from slam.observation import Observation, depth_edge_mask
 @dataclass
 class Keyframe:
     """frame_index: index of the source frame; timestamp: s; T_wc: (4, 4) float64 pose;
-    color: (h, w, 3) uint8; depth: (h, w) float16 metres; K: (3, 3) float64 for (h, w)."""
+    color: (h, w, 3) uint8; depth: (h, w) float16 metres; K: (3, 3) float64 for (h, w);
+    kf_id: the keyframe's id, unique within a map (saved maps keep theirs; -1 = not assigned);
+    map_loops: loop corrections the map had applied when the keyframe was tracked (the mapper
+    applies those it missed).
+
+    ``T_wc`` is the keyframe's current estimate: the mapper (its one writer) replaces the array
+    when it refines the pose or applies a loop correction, never edits it in place, so a reader
+    holding the old array keeps a consistent pose."""
 
     frame_index: int
     timestamp: float
@@ -31,15 +38,17 @@ class Keyframe:
     color: np.ndarray
     depth: np.ndarray
     K: np.ndarray
+    kf_id: int = -1
+    map_loops: int = 0
 
     @staticmethod
-    def from_frame(frame, T_wc: np.ndarray, downscale: int = 1) -> "Keyframe":
+    def from_frame(frame, T_wc: np.ndarray, downscale: int = 1, kf_id: int = -1) -> "Keyframe":
         """Compact copy of ``frame`` at 1/``downscale`` resolution (colour area-averaged, depth
         the median of each block's valid pixels, as the loaders downscale)."""
         color = downscale_color(frame.color, downscale)
         depth = downscale_depth(frame.depth, downscale)
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
-                        np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale))
+                        np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale), kf_id)
 
     def nbytes(self) -> int:
         return self.color.nbytes + self.depth.nbytes
@@ -151,6 +160,18 @@ class KeyframeStore:
         if rest and n_random > 0:
             chosen += self.rng.sample(rest, min(n_random, len(rest)))
         return chosen
+
+    def around(self, kf_ids: list[int], size: int) -> list[Keyframe]:
+        """The keyframes with ids ``kf_ids`` and, for each, its ``size // 2`` closest others in
+        pose (the seam of a loop closure), without repeats."""
+        chosen: dict[int, Keyframe] = {}
+        for kf in self.items:
+            if kf.kf_id in kf_ids:
+                chosen[kf.kf_id] = kf
+                near = sorted((k for k in self.items if k is not kf), key=lambda k: self._distance(k, kf))
+                for k in near[: max(size // 2, 0)]:
+                    chosen.setdefault(k.kf_id, k)
+        return list(chosen.values())
 
     def nbytes(self) -> int:
         return sum(k.nbytes() for k in self.items)

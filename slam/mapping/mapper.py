@@ -1,19 +1,24 @@
-"""The mapper: for each new keyframe, densify, optimise the map over a keyframe window, prune,
-publish. The only writer of the ``SphereMap``."""
+"""The mapper: for each new keyframe, densify, optimise the map and the window keyframes' poses over
+a keyframe window, prune, publish. The only writer of the ``SphereMap`` and of the keyframes'
+poses; it applies the loop stage's pose-graph corrections (moving spheres with their anchor
+keyframes) and re-optimises the seam."""
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
-from slam.geometry import invert, transform_points
+from slam.geometry import invert, orthonormalize, transform_points
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.mapping.keyframes import Keyframe, KeyframeStore, KeyframeView
+from slam.mapping.pose_refine import KeyframePoseRefiner, correction, motion_size
 from slam.mapping.pruner import PruneReport, Pruner
 
 
@@ -28,6 +33,9 @@ class MappingReport:
     pruned: PruneReport = field(default_factory=PruneReport)
     spheres: int = 0
     ms: float = 0.0
+    pose_steps: int = 0             # keyframe-pose Adam steps taken in this mapping step
+    pose_shift_mm: float = 0.0      # largest pose change of a window keyframe in this step
+    loop_corrections: int = 0       # loop corrections applied before this keyframe
 
 
 class Mapper:
@@ -45,18 +53,96 @@ class Mapper:
         self.lr = torch.tensor([cfg.lr_means] * 3 + [cfg.lr_radii] + [cfg.lr_colors] * 3 + [cfg.lr_opacities],
                                device=smap.device)
         self.generator = torch.Generator().manual_seed(seed)
+        self.poses = KeyframePoseRefiner(cfg.lr_pose_rot, cfg.lr_pose_trans, cfg.refine_poses)
+        # id -> T_wc of every keyframe ever mapped (also those the store dropped: frames tracked
+        # against them are re-expressed through them); published with every snapshot.
+        self.keyframe_poses: dict[int, np.ndarray] = {}
+        self.loop_edges: list[tuple[int, int]] = []
+        self.applied: list[dict] = []            # what each applied loop correction did
+        self._later: list[np.ndarray] = []       # each applied correction's ``later`` (in order)
+        self._inbox: list = []                   # loop corrections waiting (loop stage -> mapper)
+        self._inbox_lock = threading.Lock()
 
+    # ------------------------------------------------------------------ gauge and corrections
+    def fix_keyframes(self, keyframes: list[Keyframe]) -> None:
+        """Keyframes whose poses hold the gauge (a saved map's): never refined."""
+        for kf in keyframes:
+            self.poses.fixed.add(kf.kf_id)
+            self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
+
+    def submit_correction(self, corr) -> None:
+        """Called from the loop stage's thread: queue a ``slam.loop.messages.LoopCorrection``;
+        the mapper applies it before its next keyframe (or in ``apply_pending``)."""
+        with self._inbox_lock:
+            self._inbox.append(corr)
+
+    def apply_pending(self) -> int:
+        """Apply every queued loop correction (mapping thread); publishes when any was applied."""
+        with self._inbox_lock:
+            pending, self._inbox = self._inbox, []
+        for corr in pending:
+            self._apply_correction(corr)
+        if pending:
+            self._publish()
+        return len(pending)
+
+    def _apply_correction(self, corr) -> None:
+        """Move keyframes (and their spheres) by the pose graph's corrections, then re-optimise
+        the seam: the loop's two keyframes and their neighbours."""
+        t0 = time.perf_counter()
+        newest_in_graph = max(corr.corrections)
+        moved_kf: dict[int, np.ndarray] = {}
+        for kf_id, T in list(self.keyframe_poses.items()):
+            C = corr.corrections.get(kf_id, corr.later if kf_id > newest_in_graph else None)
+            if C is None:
+                continue
+            moved_kf[kf_id] = C
+            self.keyframe_poses[kf_id] = orthonormalize(C @ T)
+        for kf in self.store.items:
+            if kf.kf_id in moved_kf:
+                kf.T_wc = self.keyframe_poses[kf.kf_id].copy()
+        moved = self.smap.move_anchored(moved_kf)
+        self.poses.reset(moved_kf)
+        self.loop_edges.append(tuple(corr.edge))
+        self._later.append(np.asarray(corr.later, dtype=np.float64))
+        seam = self.store.around([i for i in corr.edge], self.cfg.window)
+        loss = self._cycle(seam, self.cfg.seam_iters) if seam and self.smap.n else float("nan")
+        shift = max((motion_size(C)[0] for C in moved_kf.values()), default=0.0)
+        self.applied.append({"edge": list(corr.edge), "keyframes_moved": len(moved_kf), "spheres_moved": moved,
+                             "max_shift_m": shift, "seam_keyframes": len(seam), "seam_loss": loss,
+                             "ms": (time.perf_counter() - t0) * 1e3})
+
+    def _publish(self) -> None:
+        self.smap.publish(dict(self.keyframe_poses), tuple(self.loop_edges))
+
+    # ------------------------------------------------------------------ keyframes
     def add_keyframe(self, kf: Keyframe) -> MappingReport:
         """Integrate one keyframe; returns a report. Publishes a new map version at the end."""
         t0 = time.perf_counter()
         report = MappingReport(kf.frame_index)
+        with self._inbox_lock:
+            pending, self._inbox = self._inbox, []
+        for corr in pending:
+            self._apply_correction(corr)
+        report.loop_corrections = len(pending)
+        # A keyframe tracked before the tracker saw some corrections is moved by those it missed.
+        for C in self._later[kf.map_loops:]:
+            kf.T_wc = orthonormalize(C @ kf.T_wc)
+        kf.map_loops = len(self._later)
         device = self.smap.device
+        if not self.store.items and not self.poses.fixed:
+            self.poses.fixed.add(kf.kf_id)       # the first keyframe holds the gauge
+        self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
         # One upload of the new keyframe (compact) serves densification and the optimisation.
         newest = KeyframeView.upload(kf, device)
         report.added, report.novelty, budget_removed = self._densify(newest, kf, device)
-        self.store.add(kf)
+        dropped = self.store.add(kf)
+        if dropped is not None:
+            self.poses.forget(dropped.kf_id)
         self.keyframes_seen += 1
         window = self.store.window(self.cfg.window, self.cfg.random_keyframes)
+        before = {k.kf_id: k.T_wc for k in window}
+        steps0 = self.poses.steps
         if self.cfg.iters > 0 and self.smap.n > 0:
             report.loss, weight_sum, error_sum, renders = self._optimise(newest, window, device)
             self.pruner.record(self.smap, weight_sum, error_sum, renders)
@@ -64,7 +150,12 @@ class Mapper:
                 seen = weight_sum[: self.smap.n] > 0
                 report.pruned = self.pruner.prune(self.smap, report.novelty, self._screen_radius(kf, device), seen)
         report.pruned.removed_budget = budget_removed
-        self.smap.publish()
+        for k in window:
+            self.keyframe_poses[k.kf_id] = k.T_wc.copy()
+        report.pose_steps = self.poses.steps - steps0
+        report.pose_shift_mm = 1e3 * max((motion_size(correction(before[k.kf_id], k.T_wc))[0] for k in window),
+                                         default=0.0)
+        self._publish()
         report.spheres = self.smap.n
         report.ms = (time.perf_counter() - t0) * 1e3
         return report
@@ -87,16 +178,18 @@ class Mapper:
             priority = out.alpha
         means, radii, colors, opacities = seed_spheres(obs, T_wc, mask, self.cfg, self.generator, priority)
         budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
-        return self.smap.add(means, radii, colors, opacities), novelty, budget_removed
+        return self.smap.add(means, radii, colors, opacities, kf.kf_id), novelty, budget_removed
 
-    def _step(self, view, stats) -> torch.Tensor:
-        """One optimisation step of every live sphere on one keyframe view; returns the loss.
+    def _step(self, view, stats, kf: Keyframe | None = None) -> torch.Tensor:
+        """One optimisation step of every live sphere, and of ``kf``'s pose unless it is fixed,
+        on one keyframe view (of ``kf``); returns the loss.
         L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
         o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
         rows = self.smap.active().detach().requires_grad_(True)
         means, radii, colors, opacities = self.smap.activated(rows)
+        delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
         out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
-                             backend=self.backend, stats=stats)
+                             backend=self.backend, stats=stats, pose_delta=delta)
         err_c = (out.color - o.color).abs().mean(-1)
         m = valid.float()
         l_color = (err_c * m).sum() / m.sum().clamp_min(1.0)
@@ -107,6 +200,9 @@ class Mapper:
             stats.pixel_error = (err_c * m).detach()
         loss.backward()
         self.smap.adam_step(rows.grad, self.lr)
+        if delta is not None and delta.grad is not None:
+            self.poses.step(kf, delta.grad)
+            view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=T_cw.device)
         return loss.detach()
 
     def _optimise(self, newest: KeyframeView, window: list[Keyframe], device):
@@ -117,12 +213,25 @@ class Mapper:
         loss = torch.zeros((), device=device)
         for it in range(self.cfg.iters):
             if it % 2 == 0 or len(window) == 1:
-                view = newest
+                view, kf = newest, window[0]
             else:
-                view = KeyframeView.upload(window[1 + (it // 2) % (len(window) - 1)], device)
-            loss = self._step(view, stats)
+                kf = window[1 + (it // 2) % (len(window) - 1)]
+                view = KeyframeView.upload(kf, device)
+            loss = self._step(view, stats, kf)
             del view
         return float(loss), stats.weight_sum, stats.error_sum, self.cfg.iters
+
+    def _cycle(self, keyframes: list[Keyframe], iters: int) -> float:
+        """``iters`` steps cycling through ``keyframes`` (each uploaded for its step); returns
+        the last loss. Updates the published keyframe poses."""
+        device = self.smap.device
+        loss = torch.zeros((), device=device)
+        for it in range(iters):
+            kf = keyframes[it % len(keyframes)]
+            loss = self._step(KeyframeView.upload(kf, device), None, kf)
+        for kf in keyframes:
+            self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
+        return float(loss)
 
     def refine(self, iters: int) -> float:
         """Final refinement at the end of input: ``iters`` steps on keyframes drawn at random
@@ -134,8 +243,11 @@ class Mapper:
         order = torch.randint(0, len(self.store.items), (iters,), generator=self.generator).tolist()
         loss = torch.zeros((), device=device)
         for k in order:
-            loss = self._step(KeyframeView.upload(self.store.items[k], device), None)
-        self.smap.publish()
+            kf = self.store.items[k]
+            loss = self._step(KeyframeView.upload(kf, device), None, kf)
+        for kf in self.store.items:
+            self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
+        self._publish()
         return float(loss)
 
     def _screen_radius(self, kf: Keyframe, device) -> torch.Tensor:

@@ -128,7 +128,9 @@ class Autosaver:
             return
         t0 = time.perf_counter()
         result = self.result()
-        result = dataclasses.replace(result, map_rows=result.map_rows.detach().cpu().clone(), snapshot=None)
+        anchors = result.map_anchors.detach().cpu().clone() if result.map_anchors is not None else None
+        result = dataclasses.replace(result, map_rows=result.map_rows.detach().cpu().clone(), snapshot=None,
+                                     map_anchors=anchors)
         self.hook_s += time.perf_counter() - t0
         self._writer = threading.Thread(target=self._write, args=(result, self.keyframes), name="autosave", daemon=True)
         self._writer.start()
@@ -138,7 +140,7 @@ class Autosaver:
         try:
             rows = result.map_rows
             if self.cfg.output.save_map and rows.shape[0] > 0 and result.map_keyframes:
-                save_map(self.run_dir / "map.ply", rows)
+                save_map(self.run_dir / "map.ply", rows, result.map_anchors)
                 save_keyframes(keyframes_path(self.run_dir / "map.ply"), result.map_keyframes, int(rows.shape[0]),
                                compress=False)
             metrics = collect_metrics(result, self.source_stats, eval_images_every=None, evaluate_trajectory=False)

@@ -21,18 +21,21 @@ log = logging.getLogger("slam.metrics")
 def trajectory_metrics(frames: list) -> dict:
     """ATE / RPE (through evo, SE(3) Umeyama alignment, no scale) of the estimated poses against
     the ground truth carried by the frames, over all frames and over keyframes."""
-    out: dict = {"trajectory": None, "trajectory_keyframes": None, "trajectory_ok": None}
+    out: dict = {"trajectory": None, "trajectory_keyframes": None, "trajectory_ok": None, "trajectory_tracked": None}
     subsets = (("trajectory", frames), ("trajectory_keyframes", [f for f in frames if f.keyframe]),
-               ("trajectory_ok", [f for f in frames if f.ok]))
+               ("trajectory_ok", [f for f in frames if f.ok]), ("trajectory_tracked", frames))
+    scopes = {"trajectory": "all frames", "trajectory_keyframes": "keyframes", "trajectory_ok": "frames reported ok",
+              "trajectory_tracked": "all frames, poses as tracked (before the final keyframe poses: refinement "
+                                    "and loop closure)"}
     for key, subset in subsets:
         with_gt = [f for f in subset if f.gt_pose is not None]
         if len(with_gt) < 3:
             continue
         stamps = np.array([f.timestamp for f in with_gt])
-        out[key] = evaluate_trajectory(np.stack([f.T_wc for f in with_gt]), stamps,
-                                       np.stack([f.gt_pose for f in with_gt]), stamps,
-                                       scope={"trajectory": "all frames", "trajectory_keyframes": "keyframes",
-                                              "trajectory_ok": "frames reported ok"}[key])
+        poses = [f.T_wc_tracked if key == "trajectory_tracked" and f.T_wc_tracked is not None else f.T_wc
+                 for f in with_gt]
+        out[key] = evaluate_trajectory(np.stack(poses), stamps, np.stack([f.gt_pose for f in with_gt]), stamps,
+                                       scope=scopes[key])
     out["silent_failures"] = silent_failures(frames)
     return out
 
@@ -129,6 +132,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             "tracking_p95": float(np.percentile(track_ms, 95)) if track_ms.size else None,
             "mapping_mean": float(map_ms.mean()) if map_ms.size else None,
             "mapping_total": float(map_ms.sum()),
+            "loop_per_keyframe": (result.loop or {}).get("ms_per_keyframe"),
         },
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
@@ -149,6 +153,8 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             "budget": sum(r.pruned.removed_budget for r in mapping),
         },
         "keyframe_store_mb": result.keyframe_store_bytes / 1e6,
+        "pose_refinement": result.pose_refinement,
+        "loop_closure": result.loop,
         "peak_rss_mb": peak_rss_mb(),
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(result.device) / 1e6) if result.device.type == "cuda" else None,
     }

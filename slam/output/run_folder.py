@@ -57,7 +57,7 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
     rows = result.map_rows
     if cfg.output.save_map and rows.shape[0] > 0:
-        save_map(run_dir / "map.ply", rows)
+        save_map(run_dir / "map.ply", rows, result.map_anchors)
     # The keyframe side file, plots, mesh: each guarded, never lose the outputs above.
     _write_extras(run_dir, cfg, result, frames)
     write_json_atomic(run_dir / "metrics.json", metrics)
@@ -93,7 +93,9 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
         f"stopped           {metrics.get('stop_reason')}",
         f"frames            {metrics.get('frames')} tracked, {metrics.get('keyframes')} keyframes, "
         f"{metrics.get('skipped_frames')} skipped",
-        f"ATE RMSE          {f(ate.get('ate_rmse_m') and ate['ate_rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned)",
+        f"ATE RMSE          {f(ate.get('ate_rmse_m') and ate['ate_rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned; "
+        f"as tracked, before the final keyframe poses: "
+        f"{f((metrics.get('trajectory_tracked') or {}).get('ate_rmse_m') and metrics['trajectory_tracked']['ate_rmse_m'] * 100, '{:.2f}')} cm)",
         f"PSNR / SSIM       {f(img.get('psnr'), '{:.2f}')} dB / {f(img.get('ssim'))} "
         f"(depth L1 {f(img.get('depth_l1_m') and img['depth_l1_m'] * 100, '{:.2f}')} cm) on keyframes",
         f"speed             {f(metrics.get('fps_system'), '{:.1f}')} FPS system, "
@@ -104,6 +106,10 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
         f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries, "
         f"{(metrics.get('reinit') or {}).get('frames', 0)} re-initialised after gaps",
     ]
+    loop = metrics.get("loop_closure")
+    if loop:
+        lines.append(f"loop closure      {loop['candidates']} candidates verified: {loop['accepted']} closed, "
+                     f"{loop['consistent']} already consistent, {loop['rejected']} rejected {loop['rejected_by']}")
     silent = metrics.get("silent_failures")
     if silent is not None:
         lines.append(f"silent failures   {silent['count']} of {silent['checked']} frames reported ok "

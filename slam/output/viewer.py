@@ -255,6 +255,9 @@ class RerunViewer:
         colors = (sel(snap.colors).clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
         radii = sel(snap.radii).float().cpu().numpy()
         self.rec.log("world/map", rr.Points3D(means, colors=colors, radii=radii))
+        edges = loop_edge_segments(snap)
+        if edges:
+            self.rec.log("world/loop_edges", rr.LineStrips3D(edges, colors=[[220, 40, 200]], radii=[0.006]))
 
     def stats(self) -> dict:
         """What the viewer did and cost (for metrics.json)."""
@@ -287,6 +290,14 @@ class RerunViewer:
                      self.payloads.dropped)
         if self.error is not None:
             log.warning("viewer: %s: %s", type(self.error).__name__, self.error)
+
+
+def loop_edge_segments(snap) -> list:
+    """The snapshot's accepted loop closures as line segments between the two keyframes' camera
+    centres: a list of (2, 3) float32 arrays (metres, world)."""
+    poses = snap.keyframe_poses
+    return [np.stack([poses[a][:3, 3], poses[b][:3, 3]]).astype(np.float32)
+            for a, b in snap.loop_edges if a in poses and b in poses]
 
 
 def _jpeg(color: np.ndarray, quality: int = 90):

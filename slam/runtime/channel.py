@@ -34,6 +34,17 @@ class Channel:
             self._items.append(item)
             self._cond.notify_all()
 
+    def offer(self, item: Any) -> bool:
+        """Put without waiting: False (item dropped) when full; raises ``Closed`` when closed."""
+        with self._cond:
+            if self._closed:
+                raise Closed()
+            if len(self._items) >= self.maxsize:
+                return False
+            self._items.append(item)
+            self._cond.notify_all()
+            return True
+
     def get(self) -> Any:
         with self._cond:
             while not self._items and not self._closed:

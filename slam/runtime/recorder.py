@@ -36,6 +36,10 @@ class FrameRecord:
     reinit_ms: float = 0.0
     renders: int = 0                 # map renders the tracker made for this frame
     host_ms: float = float("nan")    # CPU time of the tracking thread for this frame
+    keyframe_id: int = -1            # the reference keyframe the pose was tracked against
+    T_kc: Optional[np.ndarray] = None         # the pose relative to it (4, 4)
+    T_wc_tracked: Optional[np.ndarray] = None # the pose as tracked, once T_wc was re-expressed
+                                              # through the refined keyframe pose at the end
 
     @property
     def status(self) -> str:

@@ -21,7 +21,9 @@ class RunResult:
     sphere_budget, max_spheres_seen: live / allowed / most-ever sphere counts; map_bytes,
     keyframe_store_bytes: memory of the map's rows and of the stored keyframes; relocalisations:
     every relocalisation attempt's ``RelocResult``; tracking_profile: GPU ms, host ms and kernel
-    launches per tracked frame over the profiled window (CUDA only, ``slam.runtime.profiling``)."""
+    launches per tracked frame over the profiled window (CUDA only, ``slam.runtime.profiling``);
+    map_anchors: (M,) int32 anchor keyframe ids of map_rows; loop: the loop stage's summary (None
+    without one); pose_refinement: keyframe pose refinement and applied loop corrections."""
 
     recorder: RunRecorder
     device: torch.device
@@ -38,3 +40,6 @@ class RunResult:
     keyframe_store_bytes: int
     relocalisations: list
     tracking_profile: Optional[dict] = None
+    map_anchors: Optional[torch.Tensor] = None
+    loop: Optional[dict] = None
+    pose_refinement: Optional[dict] = None

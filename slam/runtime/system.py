@@ -8,7 +8,10 @@ Threads (threaded mode, ``slam.runtime.threads``):
   ``KeyframeSelector``; reads only published map snapshots; puts keyframes into ``keyframes``
   (bounded).
 - mapping thread: owns the ``SphereMap``, ``KeyframeStore`` and ``Mapper`` (the only writer of
-  the map); publishes a snapshot after every keyframe.
+  the map and of the keyframe poses); publishes a snapshot after every keyframe; offers each
+  mapped keyframe to the loop stage (never waits for it) and applies its corrections.
+- loop thread (``loop.enabled``, gtsam installed): owns the ``LoopCloser`` (revisit detection,
+  verification, pose graph); reads the keyframe and the snapshot it is handed.
 Sequential mode runs the same two steps (``track_frame``, ``map_keyframe``) in one thread in a
 fixed order: identical results run to run. What outputs, metrics and wrappers read after a run is
 ``result()``: a ``RunResult``, not the system's internals.
@@ -19,11 +22,15 @@ import logging
 import time
 from typing import Callable, Iterable, Optional
 
+import numpy as np
 import torch
 
 from slam.config import Config
 from slam.data.frame import Frame
-from slam.map.map_io import load_saved_map
+from slam.geometry import orthonormalize
+from slam.loop.closer import LoopCloser
+from slam.loop.pose_graph import gtsam_available
+from slam.map.map_io import load_saved_map_anchored
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
 from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
@@ -70,6 +77,13 @@ class SlamSystem:
         self.keyframe_hooks: list[KeyframeHook] = []
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
         self._saved_keyframes: list = []    # localize: the saved map's keyframes, written back as they were
+        self._next_kf_id = 0                # keyframe ids: unique within the map (saved ones kept)
+        self.loop: Optional[LoopCloser] = None
+        if cfg.loop.enabled:
+            if gtsam_available():
+                self.loop = LoopCloser(cfg.loop, cfg.tracking, cfg.quality, self.mapper.submit_correction, backend)
+            else:
+                log.error("loop closure needs gtsam (pip install gtsam; docs/ARCHITECTURE.md): running without it")
 
     # ------------------------------------------------------------------ saved maps
     def use_saved_map(self, map_path, mode: str) -> None:
@@ -83,12 +97,16 @@ class SlamSystem:
         ``slam.map.map_io.MapFormatError``."""
         if mode not in ("localize", "continue"):
             raise ValueError(f"saved-map mode must be 'localize' or 'continue', got '{mode}'")
-        rows, keyframes = load_saved_map(map_path)
-        self.smap.load_rows(rows)
+        rows, keyframes, anchors = load_saved_map_anchored(map_path)
+        self.smap.load_rows(rows, anchors)
+        self.mapper.fix_keyframes(keyframes)      # the saved keyframes hold the gauge
+        self._next_kf_id = max(kf.kf_id for kf in keyframes) + 1
+        if self.loop is not None:
+            self.loop.add_saved(keyframes)
         if mode == "localize":
             self.smap.frozen = int(rows.shape[0])
             self._saved_keyframes = list(keyframes)
-        self.smap.publish()
+        self.smap.publish(dict(self.mapper.keyframe_poses))
         for kf in keyframes:  # continue: the mapper's window; both: the run folder stays self-contained
             self.store.add(kf)
         self.frontend.use_saved_map(keyframes)
@@ -112,17 +130,26 @@ class SlamSystem:
         t0, c0 = time.perf_counter(), time.thread_time()
         obs = self.observation(frame)
         snap = self.smap.latest()
+        self.frontend.follow_map(snap)     # the reference keyframe's refined / corrected pose
         res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
         self._last_frame = frame
         # On a saved map only verified poses make keyframes (localize: of the local layer).
         is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(res.T_wc, res.ok)
+        kf_id = -1
+        if is_kf:
+            kf_id, self._next_kf_id = self._next_kf_id, self._next_kf_id + 1
+            self.frontend.set_reference(kf_id, res.T_wc)
+        ref_id, T_kc = self.frontend.relative_to_reference(res.T_wc)
         ms, host_ms = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, res.T_wc, frame.gt_pose, res.ok, res.recovered, res.loss,
-                          ms, is_kf, res.quality, res.reason, res.reinit, res.reinit_ms, res.renders, host_ms)
+                          ms, is_kf, res.quality, res.reason, res.reinit, res.reinit_ms, res.renders, host_ms,
+                          ref_id, T_kc)
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
-        kf = Keyframe.from_frame(frame, res.T_wc, self._keyframe_downscale) if is_kf else None
+        kf = Keyframe.from_frame(frame, res.T_wc, self._keyframe_downscale, kf_id) if is_kf else None
+        if kf is not None:
+            kf.map_loops = len(snap.loop_edges) if snap is not None else 0
         return rec, kf
 
     def map_keyframe(self, kf: Keyframe) -> None:
@@ -133,9 +160,22 @@ class SlamSystem:
         for hook in self.keyframe_hooks:
             hook(report)
 
+    def loop_message(self, kf: Keyframe) -> Optional[tuple]:
+        """What the loop stage needs about a just-mapped keyframe (mapping thread): the keyframe,
+        the snapshot published after it, the ids still in the store; None without a loop stage."""
+        if self.loop is None:
+            return None
+        return kf, self.smap.latest(), {k.kf_id for k in self.store.items}
+
+    def loop_step(self, message: tuple) -> None:
+        """Look for a loop at one keyframe (loop thread); corrections go to the mapper's inbox."""
+        self.loop.process(*message)
+
     def finish_map(self) -> None:
-        """End of input: the final refinement over all keyframes (not on Ctrl-C or errors; never
-        in localize mode, where the saved map stays frozen)."""
+        """End of input: apply the loop stage's last corrections, then the final refinement over
+        all keyframes (not on Ctrl-C or errors; never in localize mode, where the saved map
+        stays frozen)."""
+        self.mapper.apply_pending()
         if self.cfg.mapping.final_iters > 0 and self.mode != "localize":
             t0 = time.perf_counter()
             loss = self.mapper.refine(self.cfg.mapping.final_iters)
@@ -154,7 +194,19 @@ class SlamSystem:
                 run_sequential(self, frames, progress)
         finally:
             self.recorder.finish()
+            self._reexpress_trajectory()
         return self.recorder
+
+    def _reexpress_trajectory(self) -> None:
+        """The trajectory through the final keyframe poses: every frame's pose becomes its
+        reference keyframe's final pose times the relative pose it was tracked with (the pose as
+        tracked stays in ``T_wc_tracked``). Runs once, after every thread has ended."""
+        poses = self.mapper.keyframe_poses
+        for rec in self.recorder.frames:
+            if rec.T_wc_tracked is not None or rec.T_kc is None or rec.keyframe_id not in poses:
+                continue
+            rec.T_wc_tracked = rec.T_wc
+            rec.T_wc = orthonormalize(poses[rec.keyframe_id] @ rec.T_kc)
 
     def result(self) -> RunResult:
         """What the run leaves for its outputs and metrics (call after ``run``, or after it was
@@ -171,7 +223,19 @@ class SlamSystem:
             max_spheres_seen=self.smap.peak_n, map_bytes=self.smap.nbytes(),
             keyframe_store_bytes=self.store.nbytes(), relocalisations=list(self.frontend.relocalisations),
             tracking_profile=self._tracking_profile,
+            map_anchors=(self.smap.anchors[: self.smap.frozen] if self.mode == "localize"
+                         else self.smap.anchors[: self.smap.n]).detach(),
+            loop=self.loop.summary() if self.loop is not None else None,
+            pose_refinement=self._pose_refinement_summary(),
         )
+
+    def _pose_refinement_summary(self) -> dict:
+        """Keyframe pose refinement and loop corrections, for metrics.json."""
+        _, mapping, _ = self.recorder.snapshot()
+        return {"enabled": self.mapper.poses.enabled, "steps": self.mapper.poses.steps,
+                "tracker_rebases": self.frontend.rebases,
+                "mean_shift_mm_per_keyframe": float(np.mean([m.pose_shift_mm for m in mapping])) if mapping else None,
+                "loop_corrections": list(self.mapper.applied)}
 
     def profile_tracking(self) -> Optional[dict]:
         """After the run (CUDA): GPU ms, host ms and kernel launches per tracked frame, from

@@ -29,6 +29,9 @@ def run_sequential(system, frames: Iterable, progress: Progress) -> None:
             rec, kf = system.track_frame(frame)
             if kf is not None:
                 system.map_keyframe(kf)
+                message = system.loop_message(kf)
+                if message is not None:
+                    system.loop_step(message)
             if progress:
                 progress(rec)
         system.finish_map()
@@ -49,6 +52,10 @@ class _ThreadedRun:
         queue = system.cfg.system.queue_size
         self.frames = Channel(queue)
         self.keyframes = Channel(queue)
+        # Mapped keyframes for the loop stage: the mapper offers, never waits (a busy loop stage
+        # skips keyframes, counted), so loop closure never slows mapping or tracking.
+        self.loops = Channel(system.cfg.loop.queue_size) if system.loop is not None else None
+        self.loops_done = threading.Event()
         self.map_ready = threading.Event()   # the first keyframe is mapped
         self.errors: list[BaseException] = []
         self.aborted = False
@@ -70,6 +77,8 @@ class _ThreadedRun:
         self.aborted = True
         self.frames.abort()
         self.keyframes.abort()
+        if self.loops is not None:
+            self.loops.abort()
         self.map_ready.set()
 
     def tracking_loop(self) -> None:
@@ -91,11 +100,24 @@ class _ThreadedRun:
             try:
                 kf = self.keyframes.get()
             except Closed:
+                if self.loops is not None:
+                    self.loops.close()
+                    self.loops_done.wait()    # its last corrections, then the final refinement
                 if not self.errors and not self.aborted:
                     self.system.finish_map()
                 return
             self.system.map_keyframe(kf)
             self.map_ready.set()
+            message = self.system.loop_message(kf)
+            if message is not None and not self.loops.offer(message):
+                self.system.loop.skipped += 1
+
+    def loop_loop(self) -> None:
+        try:
+            while True:
+                self.system.loop_step(self.loops.get())
+        finally:
+            self.loops_done.set()
 
 
 def run_threaded(system, frames: Iterable, progress: Progress) -> None:
@@ -103,8 +125,11 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
     run = _ThreadedRun(system, progress)
     tracking = threading.Thread(target=run.guard, args=(run.tracking_loop,), name="tracking", daemon=True)
     mapping = threading.Thread(target=run.guard, args=(run.mapping_loop,), name="mapping", daemon=True)
-    tracking.start()
-    mapping.start()
+    threads = [tracking, mapping]
+    if run.loops is not None:
+        threads.append(threading.Thread(target=run.guard, args=(run.loop_loop,), name="loop", daemon=True))
+    for t in threads:
+        t.start()
     try:
         for frame in frames:
             if run.errors:
@@ -116,14 +141,14 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
     except KeyboardInterrupt:
         system.recorder.finish("interrupted (Ctrl-C)")
         run.abort()
-        tracking.join()
-        mapping.join()
+        for t in threads:
+            t.join()
         raise
     except BaseException as exc:  # the source itself failed
         run.errors.append(exc)
         run.abort()
-    tracking.join()
-    mapping.join()
+    for t in threads:
+        t.join()
     if run.errors:
         exc = run.errors[0]
         system.recorder.finish(f"error: {type(exc).__name__}: {exc}")

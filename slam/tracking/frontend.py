@@ -20,6 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import Config
+from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
@@ -49,6 +50,35 @@ class TrackingFrontend:
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
         self._last_ok = True
+        # The keyframe the tracker's poses are expressed against: (id, its pose as the tracker
+        # knows it). None before the first keyframe.
+        self.reference: Optional[tuple[int, np.ndarray]] = None
+        self.rebases = 0
+
+    def set_reference(self, kf_id: int, T_wc: np.ndarray) -> None:
+        """Frame poses from now on are relative to keyframe ``kf_id`` made at ``T_wc``."""
+        self.reference = (kf_id, T_wc.copy())
+
+    def follow_map(self, snap: Optional[MapSnapshot]) -> None:
+        """When ``snap`` carries a new estimate of the reference keyframe's pose (the mapper
+        refined it, or a loop closure moved it), move the tracker's pose history with it, so the
+        next frame starts from where the map now puts the camera."""
+        if self.reference is None or snap is None:
+            return
+        kf_id, T_known = self.reference
+        T_map = snap.keyframe_poses.get(kf_id)
+        if T_map is None or np.array_equal(T_map, T_known):
+            return
+        self.tracker.rebase(orthonormalize(T_map @ invert(T_known)))
+        self.reference = (kf_id, np.array(T_map, copy=True))
+        self.rebases += 1
+
+    def relative_to_reference(self, T_wc: np.ndarray) -> tuple[int, Optional[np.ndarray]]:
+        """(reference keyframe id or -1, T_kc (4, 4): ``T_wc`` relative to it, or None)."""
+        if self.reference is None:
+            return -1, None
+        kf_id, T_k = self.reference
+        return kf_id, invert(T_k) @ T_wc
 
     def use_saved_map(self, keyframes: list[Keyframe]) -> None:
         """Localise in a saved map made from ``keyframes``: the start pose is unknown until a

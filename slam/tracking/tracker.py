@@ -74,6 +74,15 @@ class Tracker:
         """Set the pose of the first frame (the map is built around it), or a relocalised pose."""
         self.prev, self.prev2, self.last_good = T_wc.copy(), None, T_wc.copy()
 
+    def rebase(self, C: np.ndarray) -> None:
+        """Move the pose history by a world-frame correction C (4, 4) (T <- C @ T): the map's
+        estimate of the reference keyframe changed (refinement, loop closure); the motion model's
+        velocity is kept."""
+        for name in ("prev", "prev2", "last_good"):
+            T = getattr(self, name)
+            if T is not None:
+                setattr(self, name, orthonormalize(C @ T))
+
     def last_good_or_identity(self) -> np.ndarray:
         """The last pose that passed the checks (identity before any)."""
         return self.last_good.copy() if self.last_good is not None else np.eye(4)

@@ -1,0 +1,173 @@
+"""Geometric verification of a loop candidate, three tests in turn, each able to reject:
+
+1. ORB + PnP (``slam.tracking.features``): the new keyframe's pose in the old keyframe's camera
+   from feature matches lifted with the old keyframe's depth (enough RANSAC inliers);
+2. ICP with depth: projective point-to-plane ICP of the new keyframe's depth points onto the old
+   keyframe's depth from the PnP pose; the views must overlap and agree in depth after it
+   (similar-looking places with different geometry fail here);
+3. render-and-compare with the sphere map: the tracker (``slam.tracking.tracker``, the same LM
+   and absolute quality test as every frame) aligns the new keyframe with the map as built
+   around the old visit (``MapSnapshot.up_to``) from the ICP pose; it must pass the quality
+   test, and the map rendered at the aligned pose must agree with the keyframe's depth. The
+   aligned pose is the loop's measurement: dense and in the map's own frame.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from slam.config import LoopConfig, QualityConfig, TrackingConfig
+from slam.geometry import invert, orthonormalize, pivot_increment
+from slam.mapping.keyframes import Keyframe, KeyframeView
+from slam.tracking.features import OrbFeatures, pnp_pose
+from slam.tracking.tracker import Tracker
+
+# Projective ICP samples every ICP_STRIDE-th pixel of the new keyframe (a few thousand points at
+# the tracking resolution) and ignores pairs farther apart than ICP_MAX_PAIR x the depth
+# tolerance (wrong associations). Fixed: they bound the cost and the basin, they tune nothing.
+ICP_STRIDE = 4
+ICP_MAX_PAIR = 3.0
+RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
+
+
+@dataclass
+class Verification:
+    """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a), None if PnP
+    failed; reason: None when every test passed, else the first failed test and its figures."""
+
+    T_ab: Optional[np.ndarray]
+    reason: Optional[str]
+    pnp_inliers: int = 0
+    overlap: float = 0.0
+    depth_inliers: float = 0.0
+    render_agreement: float = 0.0
+
+
+def point_map(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """depth (H, W) metres -> camera points (H, W, 3) (0 where depth is 0)."""
+    h, w = depth.shape
+    u, v = np.meshgrid(np.arange(w), np.arange(h))
+    z = depth.astype(np.float64)
+    return np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], axis=-1)
+
+
+def normal_map(points: np.ndarray) -> np.ndarray:
+    """(H, W, 3) camera points -> unit normals (H, W, 3) from central differences (0 where undefined)."""
+    dx = np.zeros_like(points)
+    dy = np.zeros_like(points)
+    dx[:, 1:-1] = points[:, 2:] - points[:, :-2]
+    dy[1:-1] = points[2:] - points[:-2]
+    n = np.cross(dx, dy)
+    norm = np.linalg.norm(n, axis=-1, keepdims=True)
+    ok = (norm > 1e-12) & (points[..., 2:3] > 0)
+    return np.where(ok, n / np.maximum(norm, 1e-12), 0.0)
+
+
+def _tolerance(z: np.ndarray, tol: float, quad: float) -> np.ndarray:
+    return tol + quad * z * z
+
+
+def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.ndarray, iters: int,
+        tol: float, quad: float) -> tuple[np.ndarray, float, float]:
+    """Projective point-to-plane ICP. src: (N, 3) points in the source camera (metres); dst_depth
+    (H, W) metres with intrinsics dst_K; T_init (4, 4) source camera -> destination camera.
+    Returns (T (4, 4), overlap: share of src landing on valid dst depth, inliers: share of those
+    within ``tol + quad z^2`` of the destination surface)."""
+    dst_pts = point_map(dst_depth, dst_K)
+    dst_n = normal_map(dst_pts)
+    h, w = dst_depth.shape
+    T = np.array(T_init, dtype=np.float64)
+    overlap, inliers = 0.0, 0.0
+    for it in range(iters + 1):
+        p = src @ T[:3, :3].T + T[:3, 3]
+        z = p[:, 2]
+        front = z > 1e-3
+        u = np.round(dst_K[0, 0] * p[:, 0] / np.where(front, z, 1.0) + dst_K[0, 2]).astype(np.int64)
+        v = np.round(dst_K[1, 1] * p[:, 1] / np.where(front, z, 1.0) + dst_K[1, 2]).astype(np.int64)
+        inside = front & (u >= 0) & (u < w) & (v >= 0) & (v < h)
+        ui, vi = u[inside], v[inside]
+        q = dst_pts[vi, ui]
+        n = dst_n[vi, ui]
+        valid = (q[:, 2] > 0) & (np.abs(n).sum(1) > 0)
+        pv, qv, nv = p[inside][valid], q[valid], n[valid]
+        overlap = float(valid.sum()) / max(len(src), 1)
+        if len(pv) < 6:
+            return T, overlap, 0.0
+        r = np.einsum("ij,ij->i", nv, pv - qv)
+        t = _tolerance(qv[:, 2], tol, quad)
+        inliers = float((np.abs(r) < t).mean())
+        if it == iters:
+            break
+        use = np.linalg.norm(pv - qv, axis=1) < ICP_MAX_PAIR * t
+        if use.sum() < 6:
+            break
+        J = np.concatenate([np.cross(pv[use], nv[use]), nv[use]], axis=1)      # d r / d (omega, v)
+        H = J.T @ J + 1e-9 * np.eye(6)
+        step = -np.linalg.solve(H, J.T @ r[use])
+        T = orthonormalize(pivot_increment(step, 0.0) @ T)
+    return T, overlap, inliers
+
+
+class LoopVerifier:
+    """The three tests with their thresholds (``loop.*``; the tracker's and quality's configs
+    for the dense alignment)."""
+
+    def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
+        self.cfg = cfg
+        self.tracking_cfg, self.quality_cfg = tracking, quality
+        self.quad = quality.depth_noise_quad
+        self.backend = backend
+
+    def verify(self, new: Keyframe, new_feat: OrbFeatures, old: Keyframe, old_feat: OrbFeatures,
+               T_w_old: np.ndarray, snap, max_anchor: int) -> Verification:
+        """Is ``new`` seeing the place ``old`` saw? T_w_old: the old keyframe's current pose;
+        ``snap``: the published map; ``max_anchor``: the newest keyframe id whose spheres count
+        as the map of the old visit."""
+        cfg = self.cfg
+        at_origin = dataclasses.replace(old, T_wc=np.eye(4))
+        pnp = pnp_pose(new_feat, new.K, at_origin, old_feat, min_inliers=cfg.min_pnp_inliers)
+        if pnp is None:
+            return Verification(None, f"features: fewer than {cfg.min_pnp_inliers} PnP inliers")
+        T_ab, n_inl = pnp
+        depth = new.depth.astype(np.float32)
+        pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
+        pts = pts[pts[:, 2] > 0]
+        T_ab, overlap, inl = icp(pts, old.depth.astype(np.float32), old.K, T_ab, cfg.icp_iters, cfg.depth_tol, self.quad)
+        res = Verification(T_ab, None, n_inl, overlap, inl)
+        if overlap < cfg.min_overlap:
+            res.reason = f"depth: views overlap {overlap:.2f} < {cfg.min_overlap}"
+            return res
+        if inl < cfg.min_inliers:
+            res.reason = f"depth: {inl:.2f} of the overlap agrees after ICP < {cfg.min_inliers}"
+            return res
+        old_map = snap.up_to(max_anchor)
+        tracker = Tracker(self.tracking_cfg, self.quality_cfg, self.backend)
+        tracker.initialise(T_w_old @ T_ab)
+        aligned = tracker.track(KeyframeView.upload(new, old_map.device).observation(), old_map)
+        if not aligned.ok:
+            res.reason = f"map: dense alignment with the old map fails the quality test ({aligned.reason})"
+            return res
+        res.T_ab = invert(np.asarray(T_w_old, dtype=np.float64)) @ aligned.T_wc
+        res.render_agreement = self.render_agreement(new, aligned.T_wc, old_map, None)
+        if res.render_agreement < cfg.min_render_agreement:
+            res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
+        return res
+
+    @torch.no_grad()
+    def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: Optional[int]) -> float:
+        """Share of the pixels the map covers (valid depth) where the map rendered at ``T_wc``
+        agrees with ``kf``'s depth (within loop.depth_tol + quality.depth_noise_quad z^2)."""
+        h, w = kf.depth.shape
+        out = snap.render(kf.K, w, h, T_wc=T_wc, backend=self.backend, max_anchor=max_anchor)
+        depth = torch.from_numpy(kf.depth.astype(np.float32)).to(out.depth.device)
+        covered = (out.alpha > RENDER_ALPHA) & (depth > 0)
+        n = int(covered.sum())
+        if n == 0:
+            return 0.0
+        tol = self.cfg.depth_tol + self.quad * depth * depth
+        agree = covered & ((out.depth - depth).abs() < tol)
+        return float(agree.sum()) / n

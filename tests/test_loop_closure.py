@@ -1,0 +1,126 @@
+"""Loop closure: a looping sequence (generated here, scripts/make_loop_sample.py: a full turn
+around the sample's room with a drifting exposure, past the start) closes its loop and the
+closure lowers the ATE; a look-alike (a flat poster of a mapped view) is rejected by verification;
+the pose graph spreads a loop's error and holds the gauge; anchored spheres move with their
+keyframes; saved maps keep their anchors and keyframe ids."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from slam.config import load_config
+from slam.data.sources import open_source
+from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
+from slam.map.snapshot import MapSnapshot
+from slam.map.sphere_map import SphereMap
+from slam.mapping.keyframes import Keyframe
+from slam.mapping.pose_refine import apply_increment
+from slam.output.metrics import trajectory_metrics
+from slam.runtime.system import SlamSystem
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import make_loop_sample  # noqa: E402
+
+gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")
+
+
+def _loop_config(path, *extra):
+    return load_config("default.yaml", [
+        f"data.path={path}", "system.threaded=false", "system.progress=false", "output.plots=false",
+        "mapping.final_iters=0", "mapping.iters=10", "mapping.keyframe_rotation_deg=12", *extra])
+
+
+def test_a_looping_sequence_closes_its_loop_and_the_closure_lowers_the_ate(tmp_path):
+    make_loop_sample.generate_loop(tmp_path / "loop", frames=112, total=100, width=80, height=60)
+    cfg = _loop_config(tmp_path / "loop")
+    system = SlamSystem(cfg)
+    system.run(open_source(cfg.data))
+    summary = system.loop.summary()
+    assert summary["accepted"] >= 1, summary
+    accepted = [e for e in system.loop.events if e.outcome == "accepted"]
+    first = accepted[0]
+    assert first.candidate < 5 and first.keyframe > first.candidate + cfg.loop.min_separation  # the start, revisited
+    assert first.graph["loop_residual_after_m_deg"][0] < first.graph["loop_residual_before_m_deg"][0]
+    m = trajectory_metrics(system.recorder.frames)
+    assert m["trajectory"]["ate_rmse_m"] < m["trajectory_tracked"]["ate_rmse_m"]
+    # the map moved with its keyframes and the mapper re-optimised the seam
+    applied = system.mapper.applied[0]
+    assert applied["spheres_moved"] > 0 and applied["seam_keyframes"] >= 2
+    assert system.smap.latest().loop_edges
+
+
+def _view(k, total=60):
+    ren = make_loop_sample.sample.Renderer(make_loop_sample.sample.SEED, 80, 60, 1)
+    T = make_loop_sample.loop_pose(k, total)
+    rgb, z = ren.render(T)
+    K = make_loop_sample.sample.intrinsics(80, 60)
+    return T, rgb, z.astype(np.float16), K
+
+
+def test_a_look_alike_place_is_rejected_by_verification():
+    """A flat poster showing a mapped view looks the same (features, global descriptor, PnP all
+    agree) but its geometry does not: the depth test rejects it."""
+    cfg = load_config("default.yaml", [])
+    T, rgb, depth, K = _view(0)
+    mapped = Keyframe(0, 0.0, T, rgb, depth, K, kf_id=0)
+    poster_depth = np.where(depth > 0, np.float16(1.2), np.float16(0))     # a flat picture 1.2 m away
+    poster = Keyframe(40, 1.0, T.copy(), rgb.copy(), poster_depth, K, kf_id=30)
+    from slam.loop.closer import LoopCloser
+    submitted = []
+    closer = LoopCloser(cfg.loop, cfg.tracking, cfg.quality, submitted.append, backend="cpu")
+    empty = torch.zeros(0, 3)
+    snap = MapSnapshot(empty, torch.zeros(0), empty, torch.zeros(0), 1, None, {0: T, 30: T}, (),
+                       torch.zeros(0, dtype=torch.int32))
+    closer.process(mapped, snap)
+    closer.process(poster, snap)
+    assert len(closer.events) == 1
+    event = closer.events[0]
+    assert event.similarity > 0.99 and event.pnp_inliers >= cfg.loop.min_pnp_inliers   # it does look alike
+    assert event.outcome == "rejected" and event.reason.startswith("depth"), event
+    assert not submitted and closer.summary()["rejected_by"] == {"depth": 1}
+
+
+def test_pose_graph_spreads_the_loop_error_and_holds_the_gauge():
+    from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
+    cfg = load_config("default.yaml", []).loop
+    truth = {i: apply_increment(np.eye(4), np.array([0, 0, 0.3 * i, 0.1 * i, 0, 0])) for i in range(10)}
+    drift = {i: apply_increment(T, np.array([0, 0, 0, 0.004 * i, 0.002 * i, 0])) for i, T in truth.items()}
+    edge = LoopEdge(0, 9, np.linalg.inv(truth[0]) @ truth[9])
+    sol = optimise_pose_graph(drift, [edge], cfg, gauge=0)
+    assert np.allclose(sol.poses[0], drift[0], atol=1e-6)
+    err_before = np.mean([np.linalg.norm(drift[i][:3, 3] - truth[i][:3, 3]) for i in truth])
+    err_after = np.mean([np.linalg.norm(sol.poses[i][:3, 3] - truth[i][:3, 3]) for i in truth])
+    assert err_after < 0.8 * err_before and sol.error_after < sol.error_before
+    assert sol.loop_residual_after[0] < 0.2 * sol.loop_residual_before[0]
+
+
+def test_spheres_move_with_their_anchor_keyframe_and_anchors_survive_save_and_load(tmp_path):
+    smap = SphereMap("cpu")
+    smap.add(torch.zeros(3, 3), torch.full((3,), 0.01), torch.full((3, 3), 0.5), torch.full((3,), 0.9), anchor=0)
+    smap.add(torch.ones(2, 3), torch.full((2,), 0.01), torch.full((2, 3), 0.5), torch.full((2,), 0.9), anchor=7)
+    C = np.eye(4)
+    C[:3, 3] = (0.1, 0.0, -0.2)
+    assert smap.move_anchored({7: C}) == 2
+    assert torch.allclose(smap.active()[:3, :3], torch.zeros(3, 3))
+    assert torch.allclose(smap.active()[3:, :3], torch.tensor([[1.1, 1.0, 0.8]] * 2))
+    kf = Keyframe(3, 0.1, np.eye(4), np.zeros((6, 8, 3), np.uint8), np.ones((6, 8), np.float16), np.eye(3), kf_id=7)
+    save_map(tmp_path / "map.ply", smap.active(), smap.anchors[: smap.n])
+    save_keyframes(keyframes_path(tmp_path / "map.ply"), [kf], smap.n)
+    saved = load_saved_map_anchored(tmp_path / "map.ply")
+    assert saved.anchors.tolist() == [0, 0, 0, 7, 7] and saved.keyframes[0].kf_id == 7
+    save_map(tmp_path / "old.ply", smap.active())                      # a map saved without anchors
+    save_keyframes(keyframes_path(tmp_path / "old.ply"), [kf], smap.n)
+    assert load_saved_map_anchored(tmp_path / "old.ply").anchors is None
+
+
+def test_the_viewer_draws_loop_edges_between_keyframe_centres():
+    from slam.output.viewer import loop_edge_segments
+    A, B = np.eye(4), np.eye(4)
+    B[:3, 3] = (1.0, 2.0, 3.0)
+    empty = torch.zeros(0, 3)
+    snap = MapSnapshot(empty, torch.zeros(0), empty, torch.zeros(0), 1, None, {0: A, 9: B}, ((0, 9),))
+    (seg,) = loop_edge_segments(snap)
+    assert np.allclose(seg, [[0, 0, 0], [1, 2, 3]])
