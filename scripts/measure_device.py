@@ -88,7 +88,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="run folder (default: runs/measure_<time>)")
     args, run_args = ap.parse_known_args(argv)
     out = Path(args.out or REPO / "runs" / time.strftime("measure_%Y%m%d_%H%M%S")).resolve()
-    env = dict(os.environ, PYTHONPATH=str(Path(args.repo).resolve()))
+    # the checkout first, then whatever PYTHONPATH already holds (packages installed with --target)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(args.repo).resolve()), os.environ.get("PYTHONPATH", "")) if p))
     cmd = [sys.executable, "-m", "slam.cli", "--quiet", "--out", str(out), *run_args]
     print("running:", " ".join(cmd), f"(in {args.repo})", flush=True)
     res = measure(cmd, Path(args.repo), env)

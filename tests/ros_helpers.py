@@ -118,9 +118,17 @@ def same_trajectory(a: Path, b: Path, tol_m: float, tol_rad: float) -> tuple[flo
     return dt, dr
 
 
+def tracked_poses(run_dir: Path) -> np.ndarray:
+    """(N, 4, 4) the run's poses as tracked: what live consumers (Odometry, TF) were sent. The final
+    trajectory.txt holds them re-expressed on the refined keyframes; trajectory_tracked.txt, when a
+    run refined or corrected any, the poses as they were tracked."""
+    path = run_dir / "trajectory_tracked.txt"
+    return read_trajectory(path if path.exists() else run_dir / "trajectory.txt")[1]
+
+
 def odometry_matches_run_folder(odom: list, T_run: np.ndarray, atol: float = 1e-5) -> None:
     """Each recorded Odometry [stamp, frame, child, x y z qx qy qz qw] is the run folder's pose
-    in the REP-103 map frame."""
+    as tracked (``tracked_poses``) in the REP-103 map frame."""
     from slam.data.trajectory_io import rot_to_quat
     from slam.ros.out_data import R_MAP_OPTICAL
     assert len(odom) == len(T_run)
