@@ -79,7 +79,7 @@ def test_refiner_pulls_a_perturbed_keyframe_back_and_the_gauge_stays():
 
 
 def test_the_first_keyframe_holds_the_gauge_in_a_run(sample_run):
-    system = sample_run.run(sample_run.cfg(12, "system.threaded=false", "loop.enabled=false"))
+    system = sample_run.run(sample_run.cfg(12, "system.threaded=false", "loop.enabled=false", "mapping.refine_poses=true"))
     first = system.recorder.frames[0]
     kfs = system.store.items
     assert kfs[0].kf_id == 0 and np.array_equal(kfs[0].T_wc, first.T_wc_tracked)

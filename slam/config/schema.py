@@ -144,8 +144,10 @@ class MappingConfig:
     initial_opacity: float = 0.9
     # Keyframe pose refinement (slam/mapping/pose_refine.py): every window keyframe's pose but the
     # gauge's (the first keyframe, and a saved map's keyframes) is optimised with the spheres by
-    # Adam on a small se(3) increment, gradients through the rasterizer's backward.
-    refine_poses: bool = True
+    # Adam on a small se(3) increment, gradients through the rasterizer's backward. Off by
+    # default: on real data it has not paid yet (7-Scenes 0-249 on the H200: ATE 2.77 cm with it,
+    # 2.53 cm without; docs/benchmarks.md); the synthetic sample gains (0.148 -> 0.111 cm).
+    refine_poses: bool = False
     lr_pose_rot: float = 0.0002     # rad per Adam step (rotation about the camera centre)
     lr_pose_trans: float = 0.0002   # m per Adam step
     seam_iters: int = 40            # steps over the loop's keyframes after a loop correction
@@ -239,9 +241,11 @@ class SystemConfig:
     queue_size: int = 4             # bounded keyframe queue
     seed: int = 0
     progress: bool = True
-    profile_frames: int = 5         # CUDA: after the run, the last frame is tracked again this
-                                    # many times under torch.profiler for the GPU ms / kernel
-                                    # launches per frame in metrics.json; 0 = off
+    profile_frames: int = 0         # CUDA: after the run, track the last frame again this many
+                                    # times under torch.profiler for the GPU ms / kernel launches
+                                    # per frame in metrics.json (e.g. 5); 0 = off: loading the
+                                    # profiler (CUPTI and the libraries it pulls in) set the
+                                    # run's peak RSS on the H200 (docs/benchmarks.md)
 
 
 @dataclass
