@@ -32,8 +32,7 @@ def trajectory_metrics(frames: list) -> dict:
         if len(with_gt) < 3:
             continue
         stamps = np.array([f.timestamp for f in with_gt])
-        poses = [f.T_wc_tracked if key == "trajectory_tracked" and f.T_wc_tracked is not None else f.T_wc
-                 for f in with_gt]
+        poses = [f.T_wc_as_tracked if key == "trajectory_tracked" else f.T_wc for f in with_gt]
         out[key] = evaluate_trajectory(np.stack(poses), stamps, np.stack([f.gt_pose for f in with_gt]), stamps,
                                        scope=scopes[key])
     out["silent_failures"] = silent_failures(frames)

@@ -48,14 +48,14 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
     frames, _, _ = result.recorder.snapshot()
     dump_config(cfg, run_dir / "config.yaml")
     if frames:
-        write_tum_trajectory(run_dir / "trajectory.txt", np.array([f.timestamp for f in frames]),
-                             np.stack([f.T_wc for f in frames]), header=TRAJECTORY_HEADER)
+        stamps = np.array([f.timestamp for f in frames])
+        write_tum_trajectory(run_dir / "trajectory.txt", stamps, np.stack([f.T_wc for f in frames]),
+                             header=TRAJECTORY_HEADER)
         write_frames_csv(run_dir / "frames.csv", frames)
         if any(f.T_wc_tracked is not None for f in frames):
             # the poses as tracked (what live consumers such as ROS odometry saw), beside the final
             # ones re-expressed on the refined / loop-corrected keyframes
-            write_tum_trajectory(run_dir / "trajectory_tracked.txt", np.array([f.timestamp for f in frames]),
-                                 np.stack([f.T_wc if f.T_wc_tracked is None else f.T_wc_tracked for f in frames]),
+            write_tum_trajectory(run_dir / "trajectory_tracked.txt", stamps, np.stack([f.T_wc_as_tracked for f in frames]),
                                  header="poses as tracked, before the final keyframe poses (refinement, loop closure)")
     kfs = [f for f in frames if f.keyframe]
     if kfs:

@@ -42,6 +42,12 @@ class FrameRecord:
                                               # through the refined keyframe pose at the end
 
     @property
+    def T_wc_as_tracked(self) -> np.ndarray:
+        """(4, 4) camera-to-world as the tracker gave it (what live consumers saw): ``T_wc``
+        unless it was re-expressed through a refined keyframe pose at the end."""
+        return self.T_wc if self.T_wc_tracked is None else self.T_wc_tracked
+
+    @property
     def status(self) -> str:
         """'ok', 'recovered' (ok after a recovery or relocalisation) or 'lost'."""
         return ("recovered" if self.recovered else "ok") if self.ok else "lost"
