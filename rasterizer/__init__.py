@@ -45,7 +45,9 @@ the statistics) to run. Not available with backend='gsplat'.
 
 Camera tracking: ``gauss_newton(...)`` renders at a pose, differentiates the render with respect to
 a pose increment and reduces the robust normal equations against an observed RGB-D frame in one
-fused pass; its model is in rasterizer/gauss_newton.py.
+fused pass; its model is in rasterizer/gauss_newton.py. ``robust_normal_equations(J, r, k, out)``
+reduces the Huber-weighted normal equations of a residual and its Jacobian rows in one kernel (the
+render-difference tracker's reduction; rasterizer/normal_equations.py).
 
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
@@ -61,9 +63,10 @@ import torch
 
 from ._inputs import check_spheres, zeros3
 from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
+from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "apply_increment"]
+           "GaussNewtonResult", "apply_increment", "robust_normal_equations"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 

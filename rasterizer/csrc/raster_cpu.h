@@ -82,3 +82,8 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
                             const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                             double fy, double cx, double cy, int64_t width, int64_t height,
                             const std::vector<double>& settings, bool derivatives);
+
+// The robust normal-equations reduction (normal_eq_cpu.cpp); arguments as in
+// rasterizer/normal_equations.py.
+void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
+                                 at::Tensor out);
