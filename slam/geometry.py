@@ -42,13 +42,17 @@ def invert(T: torch.Tensor) -> torch.Tensor:
         return out
     R = T[:3, :3]
     t = T[:3, 3]
-    top = torch.cat([R.T, (-R.T @ t)[:, None]], dim=1)
+    top = torch.cat([R.T, -(R * t[:, None]).sum(0)[:, None]], dim=1)   # -R^T t without cuBLAS
     return torch.cat([top, T[3:]], dim=0)
 
 
 def transform_points(T: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """Apply 4x4 ``T`` to points (N, 3) -> (N, 3)."""
-    return torch.addmm(T[:3, 3], points, T[:3, :3].T)   # one kernel: points @ R^T + t
+    """Apply 4x4 ``T`` to points (N, 3) -> (N, 3): p' = R p + t.
+
+    Broadcast and sum, not a matrix product: on a GPU the first cuBLAS call costs ~110 MB of host
+    memory (its handle and kernel tables; docs/benchmarks.md), and with the normal equations
+    reduced by the rasterizer's kernel this is the only product a SLAM run would make."""
+    return (points.unsqueeze(1) * T[:3, :3]).sum(-1) + T[:3, 3]
 
 
 def rotation_angle(R) -> float:

@@ -207,7 +207,8 @@ class SphereMap:
             return 0
         C = mats[slot[hit]]                                          # (M, 4, 4)
         p = self.params[rows][:, MEANS]
-        self.params[rows, 0:3] = torch.einsum("mij,mj->mi", C[:, :3, :3], p) + C[:, :3, 3]
+        # broadcast and sum: no cuBLAS (see slam.geometry.transform_points)
+        self.params[rows, 0:3] = (C[:, :3, :3] * p[:, None, :]).sum(-1) + C[:, :3, 3]
         return int(rows.numel())
 
     # ------------------------------------------------------------------ publishing

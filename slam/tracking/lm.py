@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from rasterizer.normal_equations import packed_size, robust_normal_equations, unpack
 from slam.observation import Observation, depth_edge_mask
 
 # The normal equations are reduced over bands of at most this many pixels: the float32 Jacobian
@@ -174,9 +175,7 @@ def normal_equations(r: torch.Tensor, out, m: torch.Tensor, exposure: tuple[floa
     H, W = r.shape[:2]
     band = max(1, min(H, BAND_PIXELS // W))
     J = torch.empty(n_params, band * W * 4, device=r.device)
-    JJ = r.new_zeros(n_params, n_params)
-    Jr = r.new_zeros(n_params)
-    cost = r.new_zeros(())
+    packed = torch.zeros(packed_size(n_params), dtype=torch.float64, device=r.device)
     gain = math.exp(exposure[0])
     for a in range(0, H, band):
         b = min(H, a + band)
@@ -188,13 +187,6 @@ def normal_equations(r: torch.Tensor, out, m: torch.Tensor, exposure: tuple[floa
             ex[..., 3] = 0
             torch.mul(out.color[a:b], m[a:b], out=ex[0, ..., :3]).mul_(gain)
             ex[1, ..., :3] = m[a:b]
-        rb = r[a:b]
-        w = robust_weights(rb, k)
-        sw = w.sqrt()
-        Jb.mul_(sw.reshape(-1))
-        JJ.addmm_(Jb, Jb.T)
-        Jr.addmv_(Jb, (sw * rb).reshape(-1))
-        cost.add_((w * rb * rb).sum())
-    packed = torch.cat([JJ.reshape(-1), Jr, cost.reshape(1)]).double().cpu()
-    Hd = packed[: n_params * n_params].reshape(n_params, n_params)
-    return Hd, packed[n_params * n_params : -1], float(packed[-1])
+        robust_normal_equations(Jb, r[a:b], k, packed)   # Huber weights, H, g, cost: one kernel
+    Hd, gd, cost = unpack(packed.cpu(), n_params)
+    return Hd, gd, float(cost)
