@@ -186,7 +186,8 @@ class Tracker:
 
         loss_val, known, done, first_it = float("inf"), 0.0, 0, 0
         quality, Hd = TrackQuality(), None
-        for (obs, valid), n_iter in zip(pyramid, lm.level_iters(iters, len(pyramid), cfg.coarse_share)):
+        schedule = lm.level_iters(iters, len(pyramid), cfg.coarse_share)
+        for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
             n_valid = int(valid.sum())
             if n_valid == 0:
                 return TrackResult(T_wc_init.copy(), float("inf"), 0.0, False, False, done)
@@ -238,6 +239,8 @@ class Tracker:
                 if float(np.abs(step[:6]).max()) < cfg.converged_step:
                     break
             first_it += n_iter
+            if level < len(pyramid) - 1:
+                continue   # the loss and the quality figures are those of the finest level
             mask = valid & (out.alpha > cfg.alpha_threshold)
             r = lm.residual(out, target, mask.unsqueeze(-1).to(target.dtype), affine)
             a = r.abs().sum(dim=(0, 1))
