@@ -15,7 +15,8 @@ from slam.tracking import lm
 
 @pytest.fixture(scope="module")
 def sample_map(sample_run):
-    cfg = sample_run.cfg(10, "system.threaded=false")
+    # On the CPU wherever the tests run: the checks below build CPU tensors beside the map.
+    cfg = sample_run.cfg(10, "system.threaded=false", "system.device=cpu")
     system = sample_run.run(cfg)
     frame = list(open_source(cfg.data))[9]
     return cfg, system, frame
