@@ -28,14 +28,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def smaps_breakdown(pid: int, top: int = 12) -> dict:
-    """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MB, largest first."""
+def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
+    """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MiB, largest
+    first (``top`` of them; None: all)."""
     agg: collections.Counter = collections.Counter()
     name = "[anon]"
     try:
@@ -49,7 +51,7 @@ def smaps_breakdown(pid: int, top: int = 12) -> dict:
                     agg[name] += int(line.split()[1])
     except OSError:
         return {}
-    return {k: round(v / 1024, 1) for k, v in agg.most_common(top)}
+    return {k: v / 1024 for k, v in agg.most_common(top)}
 
 
 def used_mb() -> float:
@@ -116,7 +118,7 @@ def main(argv=None) -> int:
     print(f"GPU allocated      {f(res['peak_gpu_allocated_mb'], '{:.0f}')} MB peak (torch max_memory_allocated)")
     print(f"machine memory     +{res['system_used_rise_mb']:.0f} MB used at the peak ({res['system_used_before_mb']:.0f} -> "
           f"{res['system_used_peak_mb']:.0f} MB; on a Jetson: CPU + GPU of the run together)")
-    print("RSS at its peak    " + ", ".join(f"{k} {v}" for k, v in res["rss_at_peak_by_mapping_mb"].items()))
+    print("RSS at its peak    " + ", ".join(f"{k} {v:.1f}" for k, v in res["rss_at_peak_by_mapping_mb"].items()))
     return res["returncode"]
 
 

@@ -12,9 +12,7 @@ programs lose. Figures are MB (10^6 bytes) from /proc/self/smaps; Linux only.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
-import re
 import sys
 import tempfile
 import time
@@ -22,21 +20,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+from measure_device import smaps_breakdown  # noqa: E402  (scripts/ is not a package)
 
 
-def rss_by_mapping() -> collections.Counter:
+def rss_by_mapping() -> dict:
     """RSS of this process by mapping name ([heap], [anon], [stack], file base names), MB."""
-    agg: collections.Counter = collections.Counter()
-    name = "[anon]"
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-                parts = line.split()
-                name = os.path.basename(parts[5]) if len(parts) > 5 and parts[5].startswith("/") else \
-                    (parts[5] if len(parts) > 5 else "[anon]")
-            elif line.startswith("Rss:"):
-                agg[name] += int(line.split()[1]) / 1024 * 1.048576
-    return agg
+    return {k: v * 1.048576 for k, v in smaps_breakdown(os.getpid(), top=None).items()}   # MiB -> MB
 
 
 class Stages:

@@ -9,6 +9,7 @@
 
 #include "normal_eq_math.h"
 #include "raster_cpu.h"
+#include "tensor_args.h"
 
 namespace {
 
@@ -35,16 +36,8 @@ void reduce(const float* J, int64_t ld, const float* r, const float* k, int64_t 
 // Adds the packed normal equations into out (ne_values(P),) float64 (see normal_equations.py).
 void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
                                  at::Tensor out) {
-  TORCH_CHECK(!J.is_cuda() && !r.is_cuda() && !k.is_cuda() && !out.is_cuda(), "CPU tensors expected");
-  TORCH_CHECK(J.scalar_type() == at::kFloat && r.scalar_type() == at::kFloat &&
-                  k.scalar_type() == at::kFloat && out.scalar_type() == at::kDouble,
-              "J, r, k must be float32 and out float64");
-  TORCH_CHECK(J.dim() == 2 && J.stride(1) == 1 && r.is_contiguous() && k.is_contiguous() &&
-                  out.is_contiguous(), "J (P, M) with unit column stride; r (M,), k (C,), out contiguous");
-  const int64_t P = J.size(0), M = J.size(1), C = k.numel(), ld = J.stride(0);
-  TORCH_CHECK(r.numel() == M && C > 0, "r must have M = J.size(1) elements and k at least one");
-  TORCH_CHECK(P == 6 || P == 8, "J must have 6 or 8 rows");
-  TORCH_CHECK(out.numel() == sr::ne_values((int)P), "out must have P(P+1)/2 + P + 1 elements");
+  const int P = sr::check_normal_equations_args(J, r, k, out, /*cuda=*/false);
+  const int64_t M = J.size(1), C = k.numel(), ld = J.stride(0);
   if (P == 6)
     reduce<6>(J.data_ptr<float>(), ld, r.data_ptr<float>(), k.data_ptr<float>(), C, M, out.data_ptr<double>());
   else

@@ -12,6 +12,7 @@
 
 #include "normal_eq_math.h"
 #include "raster_cuda.h"
+#include "tensor_args.h"
 #include "warp_reduce.cuh"
 
 namespace {
@@ -54,16 +55,8 @@ __global__ void __launch_bounds__(kThreads)
 // Adds the packed normal equations into out (ne_values(P),) float64 (see normal_equations.py).
 void robust_normal_equations_cuda(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
                                   at::Tensor out) {
-  TORCH_CHECK(J.is_cuda() && r.is_cuda() && k.is_cuda() && out.is_cuda(), "CUDA tensors expected");
-  TORCH_CHECK(J.scalar_type() == at::kFloat && r.scalar_type() == at::kFloat &&
-                  k.scalar_type() == at::kFloat && out.scalar_type() == at::kDouble,
-              "J, r, k must be float32 and out float64");
-  TORCH_CHECK(J.dim() == 2 && J.stride(1) == 1 && r.is_contiguous() && k.is_contiguous() &&
-                  out.is_contiguous(), "J (P, M) with unit column stride; r (M,), k (C,), out contiguous");
-  const int64_t P = J.size(0), M = J.size(1), C = k.numel(), ld = J.stride(0);
-  TORCH_CHECK(r.numel() == M && C > 0, "r must have M = J.size(1) elements and k at least one");
-  TORCH_CHECK(P == 6 || P == 8, "J must have 6 or 8 rows");
-  TORCH_CHECK(out.numel() == sr::ne_values((int)P), "out must have P(P+1)/2 + P + 1 elements");
+  const int P = sr::check_normal_equations_args(J, r, k, out, /*cuda=*/true);
+  const int64_t M = J.size(1), C = k.numel(), ld = J.stride(0);
   if (M == 0) return;
   const c10::cuda::CUDAGuard guard(J.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
