@@ -33,6 +33,29 @@ def test_gt_file_table_and_json(tmp_path, capsys):
     assert m["frames"] == 20 and 0.005 < m["ate_rmse_m"] < 0.02 and m["scope"] == "all frames"
 
 
+def test_ate_over_prefixes_grows_with_drift(tmp_path, capsys):
+    """A trajectory whose error grows along it: each prefix is aligned on its own, so a short
+    prefix is near its small noise and the whole one carries the drift; the whole prefix equals
+    the whole trajectory's ATE; lengths beyond the estimate are skipped."""
+    n = 120
+    t = np.arange(n) / 30
+    gt = np.stack([synthetic_pose(i) for i in range(n)])
+    est = noisy(gt, scale=0.001)
+    est[:, 0, 3] += 0.0005 * np.arange(n) ** 1.5 / 10          # drift: 0 -> 6.5 mm, faster at the end
+    write_tum_trajectory(tmp_path / "gt.txt", t, gt)
+    write_tum_trajectory(tmp_path / "est.txt", t, est)
+    rc = main([str(tmp_path / "est.txt"), "--gt", str(tmp_path / "gt.txt"), "--prefixes", "20", "60", "120", "500",
+               "--json", str(tmp_path / "m.json")])
+    assert rc == 0
+    m = json.loads((tmp_path / "m.json").read_text())
+    rows = m["ate_over_prefixes"]
+    assert [r["frames"] for r in rows] == [20, 60, 120]
+    errs = [r["ate_rmse_m"] for r in rows]
+    assert errs[0] < errs[1] < errs[2]
+    assert errs[2] == pytest.approx(m["ate_rmse_m"], rel=1e-9)
+    assert "ATE over the first 60 frames" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("dataset", ["tum", "7scenes", "replica"])
 def test_against_each_dataset_layout(tmp_path, dataset, capsys):
     n = 6

@@ -3,9 +3,11 @@
     slam_eval est.txt --dataset tum --path datasets/tum/rgbd_dataset_freiburg1_desk
     slam_eval est.txt --dataset 7scenes --path ../shared/data/7scenes-redkitchen-0000-0499
     slam_eval est.txt --gt groundtruth.txt --json metrics.json
+    slam_eval RUN/trajectory.txt --dataset 7scenes --path ... --prefixes 50 100 161 250
 
 Prints a table of ATE (SE(3) Umeyama alignment, no scale) and RPE (1-frame steps) statistics and
-the protocol; ``--json`` writes the same dict. Exit status 0 on success, 2 on bad input.
+the protocol; ``--prefixes`` adds the ATE of the first N frames for each N (each prefix aligned on
+its own: how the error grows along the sequence); ``--json`` writes the same dict. Exit status 0 on success, 2 on bad input.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Optional, Sequence
 from slam.config import DataConfig
 from slam.data.frame import FrameError
 from slam.data.sources import load_ground_truth
-from slam.eval.trajectory import evaluate_trajectory
+from slam.eval.trajectory import ate_over_prefixes, evaluate_trajectory
 from slam.data.trajectory_io import read_tum_trajectory
 
 
@@ -34,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-time-diff", type=float, default=0.02, help="association tolerance, s (default 0.02)")
     p.add_argument("--delta", type=int, default=1, help="RPE step in frames (default 1)")
     p.add_argument("--scope", default="all frames", help="label of the pose set, e.g. 'keyframes'")
+    p.add_argument("--prefixes", type=int, nargs="+", default=[], metavar="N",
+                   help="also the ATE of the first N frames of the estimate, for each N")
     p.add_argument("--json", dest="json_out", help="also write the metrics to this JSON file")
     return p
 
@@ -56,6 +60,8 @@ def format_table(metrics: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.append(f"frames: {metrics['frames']} ({metrics['scope']})")
+    for row in metrics.get("ate_over_prefixes", []):
+        lines.append(f"ATE over the first {row['frames']} frames: {100 * row['ate_rmse_m']:.2f} cm")
     lines.append(f"protocol: {metrics['protocol']}")
     return "\n".join(lines)
 
@@ -68,6 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ref_t, ref_poses = load_reference(args)
         metrics = evaluate_trajectory(est_poses, est_t, ref_poses, ref_t, max_time_diff=args.max_time_diff,
                                       delta=args.delta, scope=args.scope)
+        if args.prefixes:
+            metrics["ate_over_prefixes"] = ate_over_prefixes(est_poses, est_t, ref_poses, ref_t, args.prefixes,
+                                                             max_time_diff=args.max_time_diff)
     except (FrameError, FileNotFoundError, ValueError) as exc:
         print(f"slam_eval: error: {exc}", file=sys.stderr)
         return 2

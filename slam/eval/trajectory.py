@@ -89,6 +89,25 @@ def evaluate_ate(est_poses, est_stamps, ref_poses, ref_stamps, max_time_diff: fl
     return out
 
 
+def ate_over_prefixes(est_poses, est_stamps, ref_poses, ref_stamps, lengths, max_time_diff: float = 0.02) -> list:
+    """ATE RMSE (m) of the first n estimated poses for each n in ``lengths`` (frames of the
+    estimate, in time order), each prefix aligned on its own as ``evaluate_ate`` aligns a whole
+    trajectory: how the error grows along a sequence (drift). Lengths beyond the estimate are
+    skipped. Returns [{"frames": n, "ate_rmse_m": e}, ...] in the order of ``lengths``."""
+    est_stamps = np.asarray(est_stamps, dtype=np.float64)
+    est_poses = np.asarray(est_poses, dtype=np.float64)
+    order = np.argsort(est_stamps, kind="stable")
+    out = []
+    for n in lengths:
+        if n < 3 or n > len(order):
+            continue
+        idx = order[:n]
+        ate = evaluate_ate(est_poses[idx], est_stamps[idx], ref_poses, ref_stamps, max_time_diff,
+                           scope=f"first {n} frames")
+        out.append({"frames": int(n), "ate_rmse_m": ate["ate_rmse_m"]})
+    return out
+
+
 def evaluate_rpe(est_poses, est_stamps, ref_poses, ref_stamps, max_time_diff: float = 0.02,
                  delta: int = 1, scope: str = "all frames") -> dict:
     """Relative pose error between associated poses ``delta`` frames apart (no alignment needed).
