@@ -281,6 +281,17 @@ def test_transforms_per_tf_mode():
     assert out_data.odometry(7, T, "map_camera", "map", "odom", "cam").frame == "map"
 
 
+def test_a_tf_transform_reads_back_as_the_pose_it_was_made_from():
+    """The nodes' TF lookup (external odometry) turns a Transform message into a 4x4 matrix."""
+    from types import SimpleNamespace as Msg
+    T = _pose()
+    (a,) = out_data.transforms(7, T, "map_camera", "map", "odom", "cam")
+    x, y, z, w = a.pose.quaternion
+    tx, ty, tz = a.pose.translation
+    msg = Msg(translation=Msg(x=tx, y=ty, z=tz), rotation=Msg(x=x, y=y, z=z, w=w))
+    np.testing.assert_allclose(out_data.transform_matrix(msg), T, atol=1e-12)
+
+
 def test_cloud_packs_colour_and_subsamples():
     means = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0], [4.0, 5.0, 6.0]])
     cols = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.5], [0.2, 0.4, 0.6]])

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from slam.data.trajectory_io import rot_to_quat
+from slam.data.trajectory_io import quat_to_rot, rot_to_quat
 
 # optical (x right, y down, z fwd) -> REP-103 body (x fwd, y left, z up)
 R_MAP_OPTICAL = np.array([[0.0, 0.0, 1.0, 0.0],
@@ -131,6 +131,15 @@ def transforms(stamp_ns: int, T_map_cam: np.ndarray, mode: str, map_frame: str, 
         T_map_odom = T_map_cam @ np.linalg.inv(np.asarray(T_odom_cam, dtype=np.float64))
         return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(T_map_odom))]
     raise ValueError(f"unknown tf mode '{mode}'")
+
+
+def transform_matrix(tf_msg) -> np.ndarray:
+    """A geometry_msgs Transform (ROS 1 or ROS 2: .translation .rotation) -> (4, 4) float64."""
+    tr, q = tf_msg.translation, tf_msg.rotation
+    T = np.eye(4)
+    T[:3, :3] = quat_to_rot([q.x, q.y, q.z, q.w])
+    T[:3, 3] = [tr.x, tr.y, tr.z]
+    return T
 
 
 def pack_rgb(colors01: np.ndarray) -> np.ndarray:

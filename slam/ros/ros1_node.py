@@ -25,10 +25,10 @@ from typing import Optional
 import numpy as np
 
 from slam.config import ConfigError, load_config
+from slam.ros import out_data
 from slam.ros.bridge import SlamBridge
 from slam.ros.messages import MessageFactory, rospy_flavour
 from slam.ros.params import RosParams, default_values, params_from_mapping
-from slam.data.trajectory_io import quat_to_rot
 
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of latency to images
@@ -120,11 +120,7 @@ class Ros1Sink:
                                              self.rospy.Duration(0.05))
         except Exception:  # noqa: BLE001 - tf2 raises several exception types; caller logs
             return None
-        tr, q = t.transform.translation, t.transform.rotation
-        T = np.eye(4)
-        T[:3, :3] = quat_to_rot([q.x, q.y, q.z, q.w])
-        T[:3, 3] = [tr.x, tr.y, tr.z]
-        return T
+        return out_data.transform_matrix(t.transform)
 
 
 def read_params(rospy) -> dict:

@@ -29,7 +29,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import ConfigError, load_config
-from slam.data.trajectory_io import quat_to_rot
+from slam.ros import out_data
 from slam.ros.bridge import SlamBridge
 from slam.ros.messages import MessageFactory, rclpy_flavour
 from slam.ros.params import RosParams, default_values, params_from_mapping
@@ -149,11 +149,7 @@ class Ros2Sink:
                                              timeout=Duration(seconds=0.05))
         except Exception:  # noqa: BLE001 - tf2 raises several exception types; caller logs
             return None
-        tr, q = t.transform.translation, t.transform.rotation
-        T = np.eye(4)
-        T[:3, :3] = quat_to_rot([q.x, q.y, q.z, q.w])
-        T[:3, 3] = [tr.x, tr.y, tr.z]
-        return T
+        return out_data.transform_matrix(t.transform)
 
 
 def declare_params(node) -> dict:
