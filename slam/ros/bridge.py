@@ -56,6 +56,31 @@ class Sink(Protocol):
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]: ...
 
 
+class TopicSink:
+    """The publishing half of a ``Sink`` shared by both middleware layers: a subclass sets
+    ``make`` (a ``MessageFactory``), ``odom_pub``, ``status_pub``, ``cloud_pub``, ``image_pub``
+    (objects with ``publish(msg)``) and ``tf`` (a TF broadcaster, or None: no TF) and provides
+    ``lookup_odom_camera``."""
+
+    make = odom_pub = status_pub = cloud_pub = image_pub = tf = None
+
+    def publish_odometry(self, d: out_data.OdometryData) -> None:
+        self.odom_pub.publish(self.make.odometry(d))
+
+    def publish_status(self, d: out_data.StatusData) -> None:
+        self.status_pub.publish(self.make.status(d))
+
+    def publish_transforms(self, items: list) -> None:
+        if self.tf is not None:
+            self.tf.sendTransform([self.make.transform(d) for d in items])
+
+    def publish_cloud(self, d: out_data.CloudData) -> None:
+        self.cloud_pub.publish(self.make.cloud(d))
+
+    def publish_image(self, d: out_data.ImageData) -> None:
+        self.image_pub.publish(self.make.image(d))
+
+
 def snapshot_rows(snap) -> torch.Tensor:
     """A published ``MapSnapshot`` -> parameter rows (N, 8) for ``slam.map.map_io.save_map``."""
     return torch.cat([snap.means, torch.log(snap.radii)[:, None], logit(snap.colors),

@@ -26,7 +26,7 @@ import numpy as np
 
 from slam.config import ConfigError, load_config
 from slam.ros import out_data
-from slam.ros.bridge import SlamBridge
+from slam.ros.bridge import SlamBridge, TopicSink
 from slam.ros.messages import MessageFactory, rospy_flavour
 from slam.ros.params import RosParams, default_values, params_from_mapping
 
@@ -78,7 +78,7 @@ class Ros1PackageFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-class Ros1Sink:
+class Ros1Sink(TopicSink):
     """Publishers, TF broadcaster and TF lookups of the rospy node (``bridge.Sink``)."""
 
     def __init__(self, rospy, external_odom: bool) -> None:
@@ -98,21 +98,6 @@ class Ros1Sink:
         if external_odom:
             self.buffer = tf2_ros.Buffer(cache_time=rospy.Duration(30.0))
             self._listener = tf2_ros.TransformListener(self.buffer)
-
-    def publish_odometry(self, d) -> None:
-        self.odom_pub.publish(self.make.odometry(d))
-
-    def publish_status(self, d) -> None:
-        self.status_pub.publish(self.make.status(d))
-
-    def publish_transforms(self, items) -> None:
-        self.tf.sendTransform([self.make.transform(d) for d in items])
-
-    def publish_cloud(self, d) -> None:
-        self.cloud_pub.publish(self.make.cloud(d))
-
-    def publish_image(self, d) -> None:
-        self.image_pub.publish(self.make.image(d))
 
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]:
         try:

@@ -30,7 +30,7 @@ import numpy as np
 
 from slam.config import ConfigError, load_config
 from slam.ros import out_data
-from slam.ros.bridge import SlamBridge
+from slam.ros.bridge import SlamBridge, TopicSink
 from slam.ros.messages import MessageFactory, rclpy_flavour
 from slam.ros.params import RosParams, default_values, params_from_mapping
 
@@ -85,7 +85,7 @@ def qos_event_callbacks(kind: str, topic: str, report: Callable[[], Optional[Qos
     return cls(incompatible_qos=on_event)
 
 
-class Ros2Sink:
+class Ros2Sink(TopicSink):
     """Publishers, TF broadcaster and TF lookups of the rclpy node (``bridge.Sink``)."""
 
     def __init__(self, node, tf_mode: str, publish_tf: bool) -> None:
@@ -123,22 +123,6 @@ class Ros2Sink:
             if tf_mode == "external_odom":
                 self.buffer = tf2_ros.Buffer()
                 self._listener = tf2_ros.TransformListener(self.buffer, node)
-
-    def publish_odometry(self, d) -> None:
-        self.odom_pub.publish(self.make.odometry(d))
-
-    def publish_status(self, d) -> None:
-        self.status_pub.publish(self.make.status(d))
-
-    def publish_transforms(self, items) -> None:
-        if self.tf is not None:
-            self.tf.sendTransform([self.make.transform(d) for d in items])
-
-    def publish_cloud(self, d) -> None:
-        self.cloud_pub.publish(self.make.cloud(d))
-
-    def publish_image(self, d) -> None:
-        self.image_pub.publish(self.make.image(d))
 
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]:
         from rclpy.duration import Duration
