@@ -1,5 +1,6 @@
-"""Host memory: what a run keeps out of the process (heavy optional imports) and the keyframe side
-file written without a stacked copy of the keyframe store."""
+"""Host memory: what a run keeps out of the process (heavy optional imports, matrix products: on a
+GPU the first one initialises cuBLAS, ~110 MB of host memory) and the keyframe side file written
+without a stacked copy of the keyframe store."""
 from __future__ import annotations
 
 import os
@@ -63,3 +64,34 @@ def test_peak_rss_is_the_programs_own_not_its_parents():
     assert out.returncode == 0, out.stderr[-2000:]
     child_peak = float(out.stdout.strip())
     assert big.sum() == big.size and 10 < child_peak < 600, child_peak   # imports torch: ~250 MiB
+
+
+# Matrix-product operators: on CUDA tensors each goes to cuBLAS.
+MATRIX_PRODUCTS = {"mm", "addmm", "addmm_", "bmm", "baddbmm", "addmv", "addmv_", "mv", "dot", "vdot",
+                   "matmul", "addr", "addbmm", "_addmm_activation"}
+
+
+def test_a_run_makes_no_matrix_product(sample_run):
+    """Tracking, mapping, pruning and loop detection (sequential, so every operator runs on this
+    thread and is seen) dispatch no matrix product: the same code on a GPU never initialises cuBLAS.
+    The LM step's 6x6/8x8 solve is on the host by design and is not a product."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from slam.data.sources import open_source
+    from slam.runtime.system import SlamSystem
+
+    seen = {}
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if name in MATRIX_PRODUCTS:
+                seen[name] = seen.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    cfg = sample_run.cfg(12, "system.threaded=false", "system.device=cpu", "mapping.final_iters=5")
+    system = SlamSystem(cfg)
+    with Products():
+        system.run(open_source(cfg.data))
+    assert len(system.recorder.frames) == 12
+    assert not seen, seen
