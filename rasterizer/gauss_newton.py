@@ -64,12 +64,12 @@ from ._inputs import check_spheres, zeros3
 from ._model import DEPTH_EPS
 from .functions import _camera
 from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, apply_increment, gauss_newton_reference
+from .normal_equations import unpack as unpack_normal_equations
 
 __all__ = ["gauss_newton", "GaussNewtonResult", "apply_increment", "PACKED_SIZE", "N_TRI",
            "GN_BACKENDS"]
 
 GN_BACKENDS = ("auto", "cuda", "cpu", "reference")
-_TRI_I, _TRI_J = torch.triu_indices(N_PARAMS, N_PARAMS)
 
 
 @dataclass
@@ -90,13 +90,10 @@ class GaussNewtonResult:
     def unpack(cls, packed: torch.Tensor, exposure: bool = True) -> "GaussNewtonResult":
         """From ``gauss_newton``'s (50,) tensor (any device: one host copy)."""
         p = packed.detach().to("cpu", torch.float64)
-        H = torch.zeros(N_PARAMS, N_PARAMS, dtype=torch.float64)
-        H[_TRI_I, _TRI_J] = p[:N_TRI]
-        H[_TRI_J, _TRI_I] = p[:N_TRI]
-        g = p[N_TRI:N_TRI + N_PARAMS].clone()
+        H, g, cost = unpack_normal_equations(p, N_PARAMS)   # the layout starts as that reduction's
         n = N_PARAMS if exposure else 6
-        cost, l1, nv, nc, nd, nk = p[N_TRI + N_PARAMS:].tolist()
-        return cls(H[:n, :n].clone(), g[:n], cost, l1, int(round(nv)), int(round(nc)),
+        l1, nv, nc, nd, nk = p[N_TRI + N_PARAMS + 1:].tolist()
+        return cls(H[:n, :n].clone(), g[:n].clone(), float(cost), l1, int(round(nv)), int(round(nc)),
                    int(round(nd)), int(round(nk)))
 
 

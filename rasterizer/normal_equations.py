@@ -29,14 +29,18 @@ def packed_size(n_params: int) -> int:
     return n_params * (n_params + 1) // 2 + n_params + 1
 
 
+_TRIU = {p: torch.triu_indices(p, p) for p in (6, 8)}   # H's packed order, built once
+
+
 def unpack(packed: torch.Tensor, n_params: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """packed (P(P+1)/2 + P + 1,) -> (H (P, P) symmetric, g (P,), cost ()), same dtype and device."""
+    """packed (P(P+1)/2 + P + 1,) CPU -> (H (P, P) symmetric, g (P,), cost ()), same dtype. Also
+    reads the first P(P+1)/2 + P + 1 values of ``rasterizer.gauss_newton``'s result (same layout)."""
     n_tri = n_params * (n_params + 1) // 2
     H = packed.new_zeros(n_params, n_params)
-    iu = torch.triu_indices(n_params, n_params, device=packed.device)
-    H[iu[0], iu[1]] = packed[:n_tri]
-    H[iu[1], iu[0]] = packed[:n_tri]
-    return H, packed[n_tri : n_tri + n_params], packed[-1]
+    i, j = _TRIU[n_params]
+    H[i, j] = packed[:n_tri]
+    H[j, i] = packed[:n_tri]
+    return H, packed[n_tri : n_tri + n_params], packed[n_tri + n_params]
 
 
 def reference(J: torch.Tensor, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
