@@ -63,3 +63,25 @@ def test_abort_wakes_blocked_reader_and_writer():
         t.join(2.0)
     assert sorted(errors) == ["reader", "writer"]
     assert len(ch_w) == 0
+
+
+def test_until_done_counts_an_item_until_the_reader_is_done_with_it():
+    ch = Channel(1, until_done=True)
+    ch.put("kf0")
+    assert ch.get() == "kf0"           # taken, but not done: the place is still held
+    handed = threading.Event()
+
+    def writer():
+        ch.put("kf1")
+        handed.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert not handed.wait(0.1)        # the writer waits for the reader to finish kf0
+    ch.done()
+    assert handed.wait(2.0)
+    t.join()
+    assert ch.get() == "kf1"
+    ch.done()
+    with pytest.raises(RuntimeError):
+        ch.done()                      # nothing in progress

@@ -193,6 +193,7 @@ def validate(cfg: Config) -> None:
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,
+        "system.max_unmapped_keyframes": cfg.system.max_unmapped_keyframes,
         "mapping.densify_stride": cfg.mapping.densify_stride,
         "mapping.keyframe_downscale": kf_downscale,
         "pruner.every": cfg.pruner.every, "pruner.window": cfg.pruner.window,

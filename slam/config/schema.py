@@ -238,7 +238,13 @@ class ViewerConfig:
 class SystemConfig:
     device: str = "auto"            # "auto" | "cpu" | "cuda" | "cuda:1"
     threaded: bool = True           # False = deterministic single-thread mode
-    queue_size: int = 4             # bounded keyframe queue
+    queue_size: int = 4             # frames waiting for the tracking thread
+    max_unmapped_keyframes: int = 1 # threaded: keyframes handed to the mapper and not yet in the
+                                    # published map; the tracker waits before handing over one
+                                    # more, so it never tracks against a map more than this many
+                                    # keyframes old (with 4, a tracker faster than the mapper
+                                    # tracked against maps 5 keyframes stale: H200, fused solver,
+                                    # docs/benchmarks.md)
     seed: int = 0
     progress: bool = True
     profile_frames: int = 0         # CUDA: after the run, track the last frame again this many

@@ -13,21 +13,29 @@ class Closed(Exception):
 class Channel:
     """FIFO of at most ``maxsize`` items. ``put`` blocks while full, ``get`` while empty.
 
+    ``until_done=True``: an item taken by ``get`` still counts against ``maxsize`` until the reader
+    calls ``done()`` for it, so the writer is never more than ``maxsize`` items ahead of the
+    reader's finished work (the tracker and the keyframes not yet in the map).
     ``close()`` ends the stream: readers drain what is queued, then get ``Closed``.
     ``abort()`` also drops what is queued: every blocked reader and writer wakes with ``Closed``.
     """
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, until_done: bool = False) -> None:
         if maxsize < 1:
             raise ValueError("channel size must be >= 1")
         self.maxsize = maxsize
+        self.until_done = until_done
         self._items: deque = deque()
+        self._in_progress = 0        # taken and not yet done (until_done only)
         self._closed = False
         self._cond = threading.Condition()
 
+    def _full(self) -> bool:
+        return len(self._items) + self._in_progress >= self.maxsize
+
     def put(self, item: Any) -> None:
         with self._cond:
-            while len(self._items) >= self.maxsize and not self._closed:
+            while self._full() and not self._closed:
                 self._cond.wait()
             if self._closed:
                 raise Closed()
@@ -39,7 +47,7 @@ class Channel:
         with self._cond:
             if self._closed:
                 raise Closed()
-            if len(self._items) >= self.maxsize:
+            if self._full():
                 return False
             self._items.append(item)
             self._cond.notify_all()
@@ -52,8 +60,18 @@ class Channel:
             if not self._items:
                 raise Closed()
             item = self._items.popleft()
+            if self.until_done:
+                self._in_progress += 1
             self._cond.notify_all()
             return item
+
+    def done(self) -> None:
+        """The reader finished the item it took last (``until_done`` channels): frees its place."""
+        with self._cond:
+            if not self.until_done or self._in_progress == 0:
+                raise RuntimeError("done() without an item in progress")
+            self._in_progress -= 1
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

@@ -67,6 +67,8 @@ class RunRecorder:
     finished: Optional[float] = None
     stop_reason: str = "end of input"
     refine_s: float = 0.0                                # final map refinement after the stream
+    map_wait_s: float = 0.0      # threaded: the tracking thread's time blocked on the mapper
+                                 # (system.max_unmapped_keyframes keyframes not yet mapped)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_frame(self, rec: FrameRecord) -> None:

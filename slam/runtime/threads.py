@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import nullcontext
 from typing import Callable, Iterable, Optional
 
@@ -49,9 +50,10 @@ class _ThreadedRun:
     def __init__(self, system, progress: Progress) -> None:
         self.system = system
         self.progress = progress
-        queue = system.cfg.system.queue_size
-        self.frames = Channel(queue)
-        self.keyframes = Channel(queue)
+        self.frames = Channel(system.cfg.system.queue_size)
+        # A keyframe counts until it is mapped and published: the tracker never runs more than
+        # max_unmapped_keyframes keyframes ahead of the map it tracks against.
+        self.keyframes = Channel(system.cfg.system.max_unmapped_keyframes, until_done=True)
         # Mapped keyframes for the loop stage: the mapper offers, never waits (a busy loop stage
         # skips keyframes, counted), so loop closure never slows mapping or tracking.
         self.loops = Channel(system.cfg.loop.queue_size) if system.loop is not None else None
@@ -87,7 +89,9 @@ class _ThreadedRun:
             while True:
                 rec, kf = system.track_frame(self.frames.get())
                 if kf is not None:
+                    t0 = time.perf_counter()
                     self.keyframes.put(kf)
+                    system.recorder.map_wait_s += time.perf_counter() - t0
                     if system.latest_map() is None:
                         self.map_ready.wait()  # the first keyframe must be mapped before tracking
                 if self.progress:
@@ -107,6 +111,7 @@ class _ThreadedRun:
                     self.system.finish_map()
                 return
             self.system.map_keyframe(kf)
+            self.keyframes.done()
             self.map_ready.set()
             message = self.system.loop_message(kf)
             if message is not None and not self.loops.offer(message):
