@@ -172,6 +172,10 @@ class LoopConfig:
     min_inliers: float = 0.7        # share of those that agree in depth after ICP
     min_render_agreement: float = 0.6  # render-and-compare: share of the covered pixels where
                                     # the map rendered at the loop pose agrees with the depth
+    align_solver: Literal["renders", "fused"] = "fused"  # the dense alignment's tracking.solver:
+                                    # it starts from the ICP pose, where the fused solver is as
+                                    # good, and it needs no image-sized Jacobian buffers while the
+                                    # tracker runs beside it (GPU memory, docs/benchmarks.md)
     min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
     min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
     odometry_sigma_trans: float = 0.01    # m: odometry edge std-dev between consecutive keyframes

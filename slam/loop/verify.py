@@ -118,7 +118,9 @@ class LoopVerifier:
 
     def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
         self.cfg = cfg
-        self.tracking_cfg, self.quality_cfg = tracking, quality
+        # The alignment is the tracker's LM with the loop stage's own solver choice.
+        self.tracking_cfg = dataclasses.replace(tracking, solver=cfg.align_solver)
+        self.quality_cfg = quality
         self.quad = quality.depth_noise_quad
         self.backend = backend
 
