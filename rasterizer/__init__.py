@@ -49,6 +49,9 @@ fused pass; its model is in rasterizer/gauss_newton.py. ``robust_normal_equation
 reduces the Huber-weighted normal equations of a residual and its Jacobian rows in one kernel (the
 render-difference tracker's reduction; rasterizer/normal_equations.py).
 
+Mapping: ``adam_rows(params, exp_avg, exp_avg_sq, steps, grad, lr)`` is the map's Adam update of
+packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py).
+
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
 ``gsplat`` (gsplat.rasterization with scales = r, identity rotations; for comparison only: it
@@ -63,10 +66,11 @@ import torch
 
 from ._inputs import check_spheres, zeros3
 from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
+from .adam import adam_rows
 from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "apply_increment", "robust_normal_equations"]
+           "GaussNewtonResult", "apply_increment", "robust_normal_equations", "adam_rows"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 

@@ -1,4 +1,4 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu). The same interface as the CPU
+// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu). The same interface as the CPU
 // module (raster_cpu.cpp, gn_cpu.cpp): the same arguments and results, described in
 // rasterizer/functions.py and rasterizer/gauss_newton.py.
 #include <torch/extension.h>
@@ -29,10 +29,15 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
 void robust_normal_equations_cuda(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
                                   at::Tensor out);
 
+void adam_rows_cuda(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
+                    const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
+                    double eps);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CUDA kernels";
   m.def("forward", &forward_cuda, "tiled forward (CUDA)");
   m.def("backward", &backward_cuda, "tiled backward (CUDA)");
   m.def("gauss_newton", &gauss_newton_cuda, "fused Gauss-Newton pass (CUDA)");
   m.def("robust_normal_equations", &robust_normal_equations_cuda, "robust normal equations (CUDA)");
+  m.def("adam_rows", &adam_rows_cuda, "packed-row Adam update (CUDA)");
 }

@@ -339,4 +339,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", &backward, "tiled backward (CPU)");
   m.def("gauss_newton", &gauss_newton_cpu, "fused Gauss-Newton pass (CPU)");
   m.def("robust_normal_equations", &robust_normal_equations_cpu, "robust normal equations (CPU)");
+  m.def("adam_rows", &adam_rows_cpu, "packed-row Adam update (CPU)");
 }

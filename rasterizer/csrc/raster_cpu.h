@@ -87,3 +87,8 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
 // rasterizer/normal_equations.py.
 void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
                                  at::Tensor out);
+
+// The packed-row Adam update (adam_cpu.cpp); arguments as in rasterizer/adam.py.
+void adam_rows_cpu(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
+                   const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
+                   double eps);

@@ -1,5 +1,5 @@
-// Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, normal_eq_cpu.cpp) and
-// CUDA (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
+// Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, normal_eq_cpu.cpp,
+// adam_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
 // Host only (ATen): the CUDA modules include it in host code of their .cu files.
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "adam_math.h"
 #include "gn_math.h"
 #include "normal_eq_math.h"
 #include "sphere_math.h"
@@ -111,6 +112,24 @@ inline int check_normal_equations_args(const at::Tensor& J, const at::Tensor& r,
               "r must have M = J.size(1) elements and k at least one");
   TORCH_CHECK(out.numel() == ne_values((int)P), "out must have P(P+1)/2 + P + 1 elements");
   return (int)P;
+}
+
+// The packed-row Adam update: params, exp_avg, exp_avg_sq, grad (N, kAdamCols), steps (N,),
+// lr (kAdamCols,), float32 contiguous on the module's device.
+inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
+                            const at::Tensor& exp_avg_sq, const at::Tensor& steps,
+                            const at::Tensor& grad, const at::Tensor& lr, bool cuda) {
+  check_input(params, "params", cuda, kAdamCols);
+  const int64_t n = params.size(0);
+  check_input(exp_avg, "exp_avg", cuda, kAdamCols);
+  check_input(exp_avg_sq, "exp_avg_sq", cuda, kAdamCols);
+  check_input(grad, "grad", cuda, kAdamCols);
+  check_input(steps, "steps", cuda);
+  check_input(lr, "lr", cuda);
+  TORCH_CHECK(exp_avg.size(0) == n && exp_avg_sq.size(0) == n && grad.size(0) == n,
+              "exp_avg, exp_avg_sq and grad must have params' rows");
+  TORCH_CHECK(steps.dim() == 1 && steps.size(0) == n, "steps must be (N,)");
+  TORCH_CHECK(lr.dim() == 1 && lr.size(0) == kAdamCols, "lr must have one entry per column");
 }
 
 }  // namespace sr

@@ -25,6 +25,8 @@ from typing import Optional
 
 import torch
 
+import rasterizer
+
 from slam.map.snapshot import MapSnapshot
 
 PARAM_DIM = 8
@@ -160,34 +162,23 @@ class SphereMap:
         return removed
 
     # ------------------------------------------------------------------ optimisation
-    def adam_step(self, grad: torch.Tensor, lr: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15) -> None:
+    def adam_step(self, grad: torch.Tensor, lr: torch.Tensor, betas=(0.9, 0.999), eps: float = 1e-15,
+                  backend: str = "auto") -> None:
         """One Adam update of the live rows from ``grad`` (N, 8) with per-column learning rates
         ``lr`` (8,) (on the map's device; the mapper builds it from its config: the map holds no
-        tuning values); rows with zero grad and frozen rows stay put.
+        tuning values); rows with zero grad and frozen rows stay put. ``rasterizer.adam_rows``
+        (one kernel; its model has the formulas); ``backend``: the mapper's raster backend
+        (gsplat, which has no Adam, uses the compiled kernel).
 
         Bias correction is per row (a sphere added late has its own step count), so new spheres
         take full-size first steps while old ones keep their history.
         """
         n0, n = self.frozen, self.n
-        g = grad[n0:n]
-        touched = (g != 0).any(dim=1, keepdim=True)                 # (N, 1) bool
-        b1, b2 = betas
-        steps = self.steps[n0:n]
-        steps += touched[:, 0]
-        # In place, two (N, 8) temporaries at most: this runs on every mapping iteration and its
-        # temporaries would otherwise set the map's peak memory. Rows with zero gradient keep
-        # their moments (factor 1, and g is 0 there) and do not move (the update is masked).
-        keep = touched.logical_not().float()                        # 1 = untouched row
-        m = self.exp_avg[n0:n]
-        v = self.exp_avg_sq[n0:n]
-        m.mul_(b1 + (1 - b1) * keep).add_(g, alpha=1 - b1)
-        v.mul_(b2 + (1 - b2) * keep).addcmul_(g, g, value=1 - b2)
-        s = steps.clamp_min(1)[:, None]
-        bc1 = 1 - b1 ** s                                           # (N, 1) bias corrections
-        bc2 = 1 - b2 ** s
-        denom = (v / bc2).sqrt_().add_(eps)
-        num = (m * ((1.0 - keep) / bc1)).mul_(lr)
-        self.params[n0:n].addcdiv_(num, denom, value=-1.0)
+        if n == n0:
+            return
+        rasterizer.adam_rows(self.params[n0:n], self.exp_avg[n0:n], self.exp_avg_sq[n0:n], self.steps[n0:n],
+                             grad[n0:n], lr, betas[0], betas[1], eps,
+                             backend=backend if backend in rasterizer.adam.BACKENDS else "auto")
 
     @torch.no_grad()
     def move_anchored(self, corrections: dict) -> int:

@@ -199,7 +199,7 @@ class Mapper:
         if stats is not None:
             stats.pixel_error = (err_c * m).detach()
         loss.backward()
-        self.smap.adam_step(rows.grad, self.lr)
+        self.smap.adam_step(rows.grad, self.lr, backend=self.backend)
         if delta is not None and delta.grad is not None:
             self.poses.step(kf, delta.grad)
             view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=T_cw.device)
