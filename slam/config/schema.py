@@ -43,10 +43,11 @@ class RasterConfig:
 @dataclass
 class TrackingConfig:
     solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass gives the exact
-                                    # normal equations (rasterizer.gauss_newton: 3.7x faster on
-                                    # the H200, but 2.90 vs 2.49 cm ATE on 7-Scenes: not yet the
-                                    # default); renders: image-gradient / finite-difference
-                                    # Jacobians over renders in PyTorch
+                                    # normal equations (rasterizer.gauss_newton: 2.3-2.6x faster
+                                    # tracking on the H200) but, H200 7-Scenes, 2.62-2.65 vs
+                                    # 2.47-2.51 cm ATE, and worse as frames get farther apart
+                                    # (stride 2: 3.00 vs 2.58 cm): not yet the default; renders:
+                                    # image-gradient / finite-difference Jacobians over renders
     iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
     fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
     fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
