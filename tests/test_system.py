@@ -150,3 +150,30 @@ def test_cli_bad_config_and_missing_data_exit_2(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "slam.cli", "--set", f"data.path={tmp_path / 'nope'}"],
                              cwd=tmp_path, env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+@pytest.mark.parametrize("bound", [1, 3])
+def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bound):
+    """A slow mapper (a keyframe hook that sleeps, on the mapping thread): every frame is tracked
+    against a map missing at most ``system.max_unmapped_keyframes`` of the keyframes already
+    handed over, and the tracker's wait is reported. With the bound at 3 the tracker does run
+    more than one keyframe ahead (so the check can fail)."""
+    cfg = sample_run.cfg(30, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
+                         "tracking.solver=fused", f"system.max_unmapped_keyframes={bound}")
+    system = SlamSystem(cfg)
+    lags = []
+
+    def lag(frame, rec, snap):
+        if snap is None:
+            return   # the first frame: no map yet
+        handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
+        lags.append(handed - max(snap.keyframe_poses))
+
+    system.frame_hooks.append(lag)
+    system.keyframe_hooks.append(lambda report: time.sleep(1.5))   # slower than 5 tracked frames
+    system.run(open_source(cfg.data))
+    assert max(lags) <= bound
+    if bound == 1:
+        assert system.recorder.map_wait_s > 0.5
+    else:
+        assert max(lags) > 1

@@ -105,7 +105,8 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
         f"PSNR / SSIM       {f(img.get('psnr'), '{:.2f}')} dB / {f(img.get('ssim'))} "
         f"(depth L1 {f(img.get('depth_l1_m') and img['depth_l1_m'] * 100, '{:.2f}')} cm) on keyframes",
         f"speed             {f(metrics.get('fps_system'), '{:.1f}')} FPS system, "
-        f"{f(metrics.get('fps_tracking'), '{:.1f}')} FPS tracking alone",
+        f"{f(metrics.get('fps_tracking'), '{:.1f}')} FPS tracking alone, tracker waited "
+        f"{f(metrics.get('tracking_waited_for_map_s'), '{:.1f}')} s for the mapper",
         f"map               {metrics.get('spheres')} spheres, {f(metrics.get('map_mb'), '{:.1f}')} MB",
         f"memory            peak GPU {f(metrics.get('peak_gpu_mb'), '{:.0f}')} MB, "
         f"peak process {f(metrics.get('peak_rss_mb'), '{:.0f}')} MB",
