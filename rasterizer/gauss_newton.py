@@ -92,9 +92,19 @@ class GaussNewtonResult:
         p = packed.detach().to("cpu", torch.float64)
         H, g, cost = unpack_normal_equations(p, N_PARAMS)   # the layout starts as that reduction's
         n = N_PARAMS if exposure else 6
-        l1, nv, nc, nd, nk = p[N_TRI + N_PARAMS + 1:].tolist()
-        return cls(H[:n, :n].clone(), g[:n].clone(), float(cost), l1, int(round(nv)), int(round(nc)),
+        l1, nv, nc, nd, nk = p.numpy()[N_TRI + N_PARAMS + 1:].tolist()
+        return cls(H[:n, :n].contiguous(), g[:n].contiguous(), float(cost), l1, int(round(nv)), int(round(nc)),
                    int(round(nd)), int(round(nk)))
+
+
+def f32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernels read it: float32, contiguous, detached (no copy or dispatch when it
+    already is: this runs for eight inputs on every LM evaluation)."""
+    if t.dtype != torch.float32:
+        t = t.to(torch.float32)
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.detach() if t.requires_grad else t
 
 
 def _settings(pivot_z, gain, bias, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
@@ -174,7 +184,6 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
         return gauss_newton_reference(means.detach(), radii.detach(), colors.detach(),
                                       opacities.detach(), K.detach(), width, height, obs_color,
                                       obs_depth, valid, bg, settings, derivatives)
-    f32 = lambda t: t.detach().to(torch.float32).contiguous()
     return _ext.get(backend).gauss_newton(
         f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
         f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings,

@@ -17,6 +17,7 @@ memory (docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import _ext
@@ -29,18 +30,21 @@ def packed_size(n_params: int) -> int:
     return n_params * (n_params + 1) // 2 + n_params + 1
 
 
-_TRIU = {p: torch.triu_indices(p, p) for p in (6, 8)}   # H's packed order, built once
+_TRIU = {p: np.triu_indices(p) for p in (6, 8)}   # H's packed order, built once
 
 
 def unpack(packed: torch.Tensor, n_params: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """packed (P(P+1)/2 + P + 1,) CPU -> (H (P, P) symmetric, g (P,), cost ()), same dtype. Also
-    reads the first P(P+1)/2 + P + 1 values of ``rasterizer.gauss_newton``'s result (same layout)."""
+    reads the first P(P+1)/2 + P + 1 values of ``rasterizer.gauss_newton``'s result (same layout).
+    Built in NumPy: a handful of PyTorch index operations per LM iteration cost more host time
+    than the 8x8 numbers are worth."""
     n_tri = n_params * (n_params + 1) // 2
-    H = packed.new_zeros(n_params, n_params)
+    p = packed.numpy()
+    H = np.empty((n_params, n_params), dtype=p.dtype)
     i, j = _TRIU[n_params]
-    H[i, j] = packed[:n_tri]
-    H[j, i] = packed[:n_tri]
-    return H, packed[n_tri : n_tri + n_params], packed[n_tri + n_params]
+    H[i, j] = p[:n_tri]
+    H[j, i] = p[:n_tri]
+    return torch.from_numpy(H), torch.from_numpy(p[n_tri : n_tri + n_params].copy()), torch.tensor(p[n_tri + n_params])
 
 
 def reference(J: torch.Tensor, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

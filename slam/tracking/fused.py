@@ -26,9 +26,6 @@ from slam.tracking import lm
 from slam.tracking.quality import TrackQuality, conditioning
 from slam.tracking.result import TrackResult
 
-# Numerical guards of the LM step, not tuning values (as in the render-difference solver).
-MIN_DAMPING = 1e-6
-MIN_DIAGONAL = 1e-9
 
 
 class FusedEvaluator:
@@ -77,9 +74,7 @@ def optimise_fused(pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters:
                 break  # nothing known in view
             accepted = None
             for attempt in range(cfg.lm_attempts):
-                H = res.H
-                A = H + damping * torch.diag(H.diagonal().clamp_min(MIN_DIAGONAL))
-                step = (-torch.linalg.solve(A, res.g)).numpy()
+                step = lm.damped_step(res.H, res.g, damping)
                 T_new = pivot_increment(step[:6], z_pivot) @ T_cw
                 exp_new = (exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
                 trial = evaluate(T_new, exp_new, attempt == 0)
@@ -87,7 +82,7 @@ def optimise_fused(pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters:
                 if trial.cost <= res.cost:
                     accepted = trial if attempt == 0 else evaluate(T_new, exp_new, True)
                     T_cw, exposure = T_new, exp_new
-                    damping = max(damping * cfg.damping_down, MIN_DAMPING)
+                    damping = max(damping * cfg.damping_down, lm.MIN_DAMPING)
                     break
                 damping *= cfg.damping_up
             if accepted is None:

@@ -25,6 +25,10 @@ from slam.observation import Observation, depth_edge_mask
 # on it beyond float rounding.
 BAND_PIXELS = 20480
 FP16_MAX = 65504.0   # finite-difference columns are stored as float16: clamp, never inf
+# Numerical guards of the LM step, not tuning values: the damping never reaches 0 (a singular
+# system), and parameters with no evidence (zero diagonal) still get a finite damping term.
+MIN_DAMPING = 1e-6
+MIN_DIAGONAL = 1e-9
 
 
 def pyramid(obs: Observation, levels: int) -> list[tuple[Observation, torch.Tensor]]:
@@ -190,3 +194,11 @@ def normal_equations(r: torch.Tensor, out, m: torch.Tensor, exposure: tuple[floa
         robust_normal_equations(Jb, r[a:b], k, packed)   # Huber weights, H, g, cost: one kernel
     Hd, gd, cost = unpack(packed.cpu(), n_params)
     return Hd, gd, float(cost)
+
+
+def damped_step(H, g, damping: float) -> np.ndarray:
+    """The Levenberg-Marquardt step -(H + damping diag(H))^-1 g of host normal equations H (P, P),
+    g (P,) (float64 CPU tensors or arrays), the diagonal floored at MIN_DIAGONAL: (P,) float64.
+    Solved in NumPy: an 8x8 system, where PyTorch's dispatch costs more than the solve."""
+    Hn, gn = np.asarray(H, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    return -np.linalg.solve(Hn + damping * np.diag(np.maximum(np.diag(Hn), MIN_DIAGONAL)), gn)

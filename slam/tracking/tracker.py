@@ -47,10 +47,6 @@ from slam.tracking.result import TrackResult, rank
 # tuning value. The window only has to be long enough for a stable median.
 LOSS_HISTORY = 30
 MIN_LOSS_HISTORY = 5
-# Numerical guards of the LM step, not tuning values: the damping never reaches 0 (a singular
-# system), and parameters with no evidence (zero diagonal) still get a finite damping term.
-MIN_DAMPING = 1e-6
-MIN_DIAGONAL = 1e-9
 
 
 class Tracker:
@@ -221,8 +217,7 @@ class Tracker:
                     break  # nothing known in view
                 # LM: try the step, accept if the robust cost drops, else damp harder.
                 for _attempt in range(cfg.lm_attempts):
-                    A = Hd + damping * torch.diag(Hd.diagonal().clamp_min(MIN_DIAGONAL))
-                    step = (-torch.linalg.solve(A, gd)).numpy()
+                    step = lm.damped_step(Hd, gd, damping)
                     T_new = moved(T_cw, step[:6])
                     exp_new = (exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
                     aff_new = lm.affine(exp_new, cfg.depth_weight, device) if cfg.exposure else affine
@@ -231,7 +226,7 @@ class Tracker:
                     done += 1
                     if cost_new <= cost:
                         T_cw, exposure, affine, out = T_new, exp_new, aff_new, out_new
-                        damping = max(damping * cfg.damping_down, MIN_DAMPING)
+                        damping = max(damping * cfg.damping_down, lm.MIN_DAMPING)
                         break
                     damping *= cfg.damping_up
                 else:
