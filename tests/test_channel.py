@@ -19,17 +19,23 @@ def test_fifo_close_drains_then_raises():
         ch.put(4)
 
 
-def test_put_blocks_when_full_until_a_get():
-    ch = Channel(1)
-    ch.put("a")
+def _put_in_thread(ch: Channel, item) -> tuple[threading.Thread, threading.Event]:
+    """Start a writer thread putting ``item``; the event is set once the put returned."""
     done = threading.Event()
 
     def writer():
-        ch.put("b")
+        ch.put(item)
         done.set()
 
     t = threading.Thread(target=writer)
     t.start()
+    return t, done
+
+
+def test_put_blocks_when_full_until_a_get():
+    ch = Channel(1)
+    ch.put("a")
+    t, done = _put_in_thread(ch, "b")
     assert not done.wait(0.1)          # backpressure: the writer waits
     assert ch.get() == "a"
     assert done.wait(2.0)
@@ -69,14 +75,7 @@ def test_until_done_counts_an_item_until_the_reader_is_done_with_it():
     ch = Channel(1, until_done=True)
     ch.put("kf0")
     assert ch.get() == "kf0"           # taken, but not done: the place is still held
-    handed = threading.Event()
-
-    def writer():
-        ch.put("kf1")
-        handed.set()
-
-    t = threading.Thread(target=writer)
-    t.start()
+    t, handed = _put_in_thread(ch, "kf1")
     assert not handed.wait(0.1)        # the writer waits for the reader to finish kf0
     ch.done()
     assert handed.wait(2.0)

@@ -27,7 +27,6 @@ from slam.tracking.quality import TrackQuality, conditioning
 from slam.tracking.result import TrackResult
 
 
-
 class FusedEvaluator:
     """Evaluates one pyramid level at a pose: ``(T_cw (4, 4) float64, exposure (log gain, bias),
     derivatives) -> rasterizer.GaussNewtonResult``. ``count`` is called once per kernel pass."""
