@@ -111,10 +111,14 @@ def kernel_class(name: str) -> str:
 
 def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: bool) -> dict:
     """Per tracked frame: wall ms (without the profiler), host ms (operators' own CPU time), GPU ms
-    (kernel time) by kernel class and in all, and CUDA kernel launches."""
-    host_us, gpu_us, launches = 0.0, {}, 0
+    (kernel time) by kernel class and in all, the GPU operations run (``launches``: kernels, memsets,
+    copies, also inside a CUDA graph) and the host calls that queued them (``host_launches``)."""
+    from slam.runtime.profiling import HOST_LAUNCH_CALLS
+    host_us, gpu_us, launches, host_launches = 0.0, {}, 0, 0
     for e in prof.key_averages():
         host_us += e.self_cpu_time_total
+        if e.key in HOST_LAUNCH_CALLS:
+            host_launches += e.count
         dev = getattr(e, "self_device_time_total", None)
         if dev is None:
             dev = getattr(e, "self_cuda_time_total", 0.0)
@@ -125,7 +129,7 @@ def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: boo
     return {"frames": frames, "wall_ms": wall_ms, "renders": renders, "host_ms": host_us / 1e3 / frames,
             "gpu_ms": sum(gpu_us.values()) / 1e3 / frames,
             "gpu_ms_by_class": {k: v / 1e3 / frames for k, v in sorted(gpu_us.items())},
-            "launches": launches / frames}
+            "launches": launches / frames, "host_launches": host_launches / frames}
 
 
 def machine_name(device) -> str:

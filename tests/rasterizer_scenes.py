@@ -226,3 +226,66 @@ def assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=2, name=""):
     assert e["n_valid"] == 0, msg
     assert max(e["n_covered"], e["n_depth_in"], e["n_color_in"]) <= counts, msg
     return e
+
+
+# ------------------------------------------------------------------ device LM (rasterizer.lm_state)
+LM_SETTINGS = dict(damping=1e-3, damping_up=10.0, damping_down=0.3, min_damping=1e-6,
+                   min_diagonal=1e-9, converged_step=1e-5, attempts=3)
+# A world-to-camera pose off the identity: the scenes' camera-frame means are moved to a world
+# frame with its inverse, so the LM's on-device transform has real work to do.
+LM_T_CW = ((0.9950, -0.0998, 0.0, 0.05), (0.0998, 0.9950, 0.0, -0.10), (0.0, 0.0, 1.0, 0.20),
+           (0.0, 0.0, 0.0, 1.0))
+
+
+def lm_pose():
+    """LM_T_CW orthonormalised, (4, 4) float64 numpy."""
+    import numpy as np
+    T = np.array(LM_T_CW, dtype=np.float64)
+    U, _, Vt = np.linalg.svd(T[:3, :3])
+    T[:3, :3] = U @ Vt
+    return T
+
+
+def world_means(scene, T_cw):
+    """The scene's camera-frame means expressed in the world frame of ``T_cw`` (N, 3) float32."""
+    import numpy as np
+    Tw = torch.from_numpy(np.linalg.inv(T_cw))
+    m = scene["means"].double()
+    return (m @ Tw[:3, :3].T + Tw[:3, 3]).float()
+
+
+def lm_random_state(rng, exposure=True, done=0.0):
+    """A (STATE_SIZE,) float64 numpy LM state with a random well-posed packed result at CUR (H
+    SPD), a random trial result, pose, exposure, pivot and damping."""
+    import numpy as np
+    from rasterizer import lm_state as L
+    from rasterizer.gn_reference import N_TRI
+    s = np.zeros(L.STATE_SIZE)
+    A = rng.normal(size=(8, 8))
+    H = A @ A.T + 0.1 * np.eye(8)
+    for slot in (L.CUR, L.TRIAL):
+        s[slot:slot + N_TRI] = H[np.triu_indices(8)]
+        s[slot + L.G:slot + L.G + 8] = rng.normal(size=8)
+        s[slot + L.COST] = rng.uniform(1.0, 2.0)
+        s[slot + L.N_VALID] = 100.0
+    T = lm_pose()
+    T[:3, 3] += rng.normal(scale=0.1, size=3)
+    s[L.T:L.T + 16] = T.reshape(16)
+    s[L.EXP:L.EXP + 2] = rng.normal(scale=0.1, size=2)
+    s[L.PIVOT] = rng.uniform(1.0, 3.0)
+    s[L.DAMPING] = 10.0 ** rng.uniform(-4, 0)
+    s[L.DONE] = done
+    return s
+
+
+def lm_eval_inputs(scene, obs, device):
+    """(world means, radii, colors, opacities, K, W, H, obs_color, obs_depth, valid) on ``device``
+    for rasterizer.lm_state.gauss_newton_lm, with the world frame of lm_pose()."""
+    wm = world_means(scene, lm_pose())
+    to = lambda t: t.to(device)
+    return (to(wm), to(scene["radii"]), to(scene["colors"]), to(scene["opacities"]), scene["K"],
+            scene["width"], scene["height"], *(to(o) for o in obs))
+
+
+LM_ROBUST = {k: GN_SETTINGS[k] for k in ("depth_weight", "huber", "alpha_threshold", "depth_noise",
+                                           "color_tol")}

@@ -1,4 +1,4 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu). The same interface as the CPU
+// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu (also the device LM), normal_eq_cuda.cu, adam_cuda.cu). The same interface as the CPU
 // module (raster_cpu.cpp, gn_cpu.cpp): the same arguments and results, described in
 // rasterizer/functions.py and rasterizer/gauss_newton.py.
 #include <torch/extension.h>
@@ -26,6 +26,16 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
                              double fy, double cx, double cy, int64_t width, int64_t height,
                              const std::vector<double>& settings, bool derivatives);
 
+void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
+                          const at::Tensor& colors, const at::Tensor& opacities,
+                          const at::Tensor& background, const at::Tensor& obs_color,
+                          const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                          double fy, double cx, double cy, int64_t width, int64_t height,
+                          const std::vector<double>& settings, at::Tensor state, int64_t level,
+                          int64_t capacity);
+
+void lm_phase_cuda(at::Tensor state, int64_t phase, const std::vector<double>& settings);
+
 void robust_normal_equations_cuda(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
                                   at::Tensor out);
 
@@ -38,6 +48,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward_cuda, "tiled forward (CUDA)");
   m.def("backward", &backward_cuda, "tiled backward (CUDA)");
   m.def("gauss_newton", &gauss_newton_cuda, "fused Gauss-Newton pass (CUDA)");
+  m.def("gauss_newton_lm", &gauss_newton_lm_cuda, "device-LM evaluation at the trial pose (CUDA)");
+  m.def("lm_phase", &lm_phase_cuda, "device-LM bookkeeping phase (CUDA)");
   m.def("robust_normal_equations", &robust_normal_equations_cuda, "robust normal equations (CUDA)");
   m.def("adam_rows", &adam_rows_cuda, "packed-row Adam update (CUDA)");
 }

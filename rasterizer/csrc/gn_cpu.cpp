@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gn_math.h"
+#include "lm_math.h"
 #include "raster_cpu.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
@@ -141,4 +142,49 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
   for (int t = 0; t < n_tiles; ++t)
     for (int i = 0; i < sr::kGnValues; ++i) o[i] += part[(size_t)t * sr::kGnValues + i];
   return out;
+}
+
+// The device LM's evaluation (gn_cuda.cu gauss_newton_lm_cuda; rasterizer/lm_state.py): the pass
+// with derivatives at the state's trial pose and exposure, pivot from the state, into its trial
+// slot; nothing once the level is done. The CPU binning is exact: capacity is checked, not used,
+// and the pair count is not recorded.
+void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
+                         const at::Tensor& opacities, const at::Tensor& background,
+                         const at::Tensor& obs_color, const at::Tensor& obs_depth,
+                         const at::Tensor& valid, double fx, double fy, double cx, double cy,
+                         int64_t width, int64_t height, const std::vector<double>& settings,
+                         at::Tensor state, int64_t level, int64_t capacity) {
+  sr::check_lm_state(state, means, /*cuda=*/false);
+  TORCH_CHECK(level >= 0 && level < sr::kLmMaxLevels, "level must be in [0, ", sr::kLmMaxLevels,
+              "), got ", level);
+  TORCH_CHECK(capacity > 0, "capacity must be > 0, got ", capacity);
+  sr::check_input(means, "means", /*cuda=*/false, 3);
+  double* lm = state.data_ptr<double>();
+  if (lm[sr::kLmDone] != 0.0) return;
+  const double* T = lm + sr::kLmTrialT;
+  const int64_t n = means.size(0);
+  at::Tensor cam_means = at::empty_like(means);
+  const float* w = means.data_ptr<float>();
+  float* c = cam_means.data_ptr<float>();
+  float R[12];
+  for (int k = 0; k < 12; ++k) R[k] = (float)T[k];
+  for (int64_t i = 0; i < n; ++i)  // float32, in the order of slam.geometry.transform_points
+    for (int r = 0; r < 3; ++r)
+      c[3 * i + r] = ((R[4 * r] * w[3 * i] + R[4 * r + 1] * w[3 * i + 1]) +
+                      R[4 * r + 2] * w[3 * i + 2]) + R[4 * r + 3];
+  std::vector<double> st(settings);
+  TORCH_CHECK((int)st.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings, " values");
+  st[0] = std::exp(lm[sr::kLmTrialExp]);
+  st[1] = lm[sr::kLmTrialExp + 1];
+  st[12] = lm[sr::kLmPivot];
+  at::Tensor out = gauss_newton_cpu(cam_means, radii, colors, opacities, background, obs_color,
+                                    obs_depth, valid, fx, fy, cx, cy, width, height, st, true);
+  std::copy(out.data_ptr<double>(), out.data_ptr<double>() + sr::kGnValues, lm + sr::kLmTrial);
+}
+
+// One LM bookkeeping phase (lm_math.h) on a CPU state.
+void lm_phase_cpu(at::Tensor state, int64_t phase, const std::vector<double>& settings) {
+  sr::check_lm_state(state, state, /*cuda=*/false);
+  const sr::LmSettings c = sr::check_lm_settings(phase, settings);
+  sr::lm_phase(state.data_ptr<double>(), (int)phase, c);
 }

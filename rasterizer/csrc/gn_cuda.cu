@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gn_math.h"
+#include "lm_math.h"
 #include "raster_cuda.h"
 #include "sphere_math.h"
 #include "tensor_args.h"
@@ -34,11 +35,18 @@ constexpr int kGnBlocksPerSM = 2;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
+// `lm` (nullable): an LM state (lm_math.h); the pivot is then its kLmPivot, and nothing is done
+// once its level is done.
 __global__ void pose_jacobian_kernel(int n, const float* __restrict__ means,
                                      const float* __restrict__ radii, sr::Camera cam,
-                                     float pivot_z, sr::PoseJac* __restrict__ jac) {
+                                     float pivot_z, sr::PoseJac* __restrict__ jac,
+                                     const double* __restrict__ lm) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  if (lm != nullptr) {
+    if (lm[sr::kLmDone] != 0.0) return;
+    pivot_z = (float)lm[sr::kLmPivot];
+  }
   const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
   sr::Splat s;
   if (!sr::project_sphere(x, y, z, r, cam, s)) return;  // culled: in no tile list, never read
@@ -47,7 +55,8 @@ __global__ void pose_jacobian_kernel(int n, const float* __restrict__ means,
 
 template <bool DERIV>
 __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
-    gn_tile_kernel(sr::Camera cam, sr::GnSettings st, const int2* __restrict__ ranges,
+    gn_tile_kernel(sr::Camera cam, sr::GnSettings st, const double* __restrict__ lm,
+                   const int2* __restrict__ ranges,
                    const int32_t* __restrict__ ids, const float4* __restrict__ splats,
                    const sr::PoseJac* __restrict__ jac, const float* __restrict__ means,
                    const float* __restrict__ colors, const float* __restrict__ opac,
@@ -59,6 +68,11 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   __shared__ float s_z[kBlock];
   __shared__ sr::PoseJac s_jac[DERIV ? kBlock : 1];
   __shared__ float s_red[kWarps][kPad];
+  if (lm != nullptr) {  // an LM state: its trial exposure; nothing to do once the level is done
+    if (lm[sr::kLmDone] != 0.0) return;
+    st.gain = (float)exp(lm[sr::kLmTrialExp]);
+    st.bias = (float)lm[sr::kLmTrialExp + 1];
+  }
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -122,6 +136,64 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   }
 }
 
+// The pass proper, on camera-frame means: zero `out` (kGnValues float64, device), pose Jacobian,
+// binning (exact, or capped without a host wait), tile kernel. `lm`: nullable LM state (see
+// pose_jacobian_kernel / gn_tile_kernel).
+void run_gauss_newton(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
+                      const at::Tensor& opacities, const at::Tensor& background,
+                      const at::Tensor& obs_color, const at::Tensor& obs_depth,
+                      const at::Tensor& valid, const sr::Camera& cam, const sr::GnSettings& st,
+                      bool derivatives, const double* lm, double* out,
+                      const sr_cuda::PairRoom* capped, cudaStream_t stream) {
+  const int n = (int)means.size(0);
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  C10_CUDA_CHECK(cudaMemsetAsync(out, 0, sr::kGnValues * sizeof(double), stream));
+  at::Tensor jac_t;
+  const sr::PoseJac* jac = nullptr;
+  if (derivatives && n > 0) {
+    jac_t = at::empty({n, (int64_t)(sizeof(sr::PoseJac) / sizeof(float))}, means.options());
+    auto* jp = reinterpret_cast<sr::PoseJac*>(jac_t.data_ptr<float>());
+    pose_jacobian_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
+        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam, st.pivot_z, jp, lm);
+    SR_CHECK_CUDA();
+    jac = jp;
+  }
+  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream, capped);
+  auto launch = [&](auto kernel) {
+    kernel<<<n_tiles, kBlock, 0, stream>>>(
+        cam, st, lm, reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>()),
+        bins.ids.data_ptr<int32_t>(), reinterpret_cast<const float4*>(bins.splats.data_ptr<float>()),
+        jac, means.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
+        background.data_ptr<float>(), obs_color.data_ptr<float>(), obs_depth.data_ptr<float>(),
+        valid.data_ptr<bool>(), out);
+  };
+  if (derivatives)
+    launch(gn_tile_kernel<true>);
+  else
+    launch(gn_tile_kernel<false>);
+  SR_CHECK_CUDA();
+}
+
+// World-to-camera transform of the means at the LM state's trial pose (float32 arithmetic, as
+// slam.geometry.transform_points). Nothing once the level is done.
+__global__ void trial_to_camera_kernel(int n, const float* __restrict__ world,
+                                       const double* __restrict__ lm, float* __restrict__ cam) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n || lm[sr::kLmDone] != 0.0) return;
+  const double* T = lm + sr::kLmTrialT;
+  const float x = world[3 * i], y = world[3 * i + 1], z = world[3 * i + 2];
+#pragma unroll
+  for (int r = 0; r < 3; ++r)
+    cam[3 * i + r] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn((float)T[4 * r], x),
+                                                   __fmul_rn((float)T[4 * r + 1], y)),
+                                         __fmul_rn((float)T[4 * r + 2], z)),
+                               (float)T[4 * r + 3]);
+}
+
+__global__ void lm_phase_kernel(double* lm, int phase, sr::LmSettings c) {
+  sr::lm_phase(lm, phase, c);
+}
+
 }  // namespace
 
 // Returns the packed result (kGnValues,) float64 on the spheres' device (layout: gn_math.h).
@@ -137,35 +209,54 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
-  const int n = (int)means.size(0);
-  const int n_tiles = cam.tiles_x * cam.tiles_y;
-
   at::Tensor out = at::empty({sr::kGnValues}, means.options().dtype(at::kDouble));
-  C10_CUDA_CHECK(
-      cudaMemsetAsync(out.data_ptr<double>(), 0, sr::kGnValues * sizeof(double), stream));
-  at::Tensor jac_t;
-  const sr::PoseJac* jac = nullptr;
-  if (derivatives && n > 0) {
-    jac_t = at::empty({n, (int64_t)(sizeof(sr::PoseJac) / sizeof(float))}, means.options());
-    auto* jp = reinterpret_cast<sr::PoseJac*>(jac_t.data_ptr<float>());
-    pose_jacobian_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
-        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam, st.pivot_z, jp);
-    SR_CHECK_CUDA();
-    jac = jp;
-  }
-  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream);
-  auto launch = [&](auto kernel) {
-    kernel<<<n_tiles, kBlock, 0, stream>>>(
-        cam, st, reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>()),
-        bins.ids.data_ptr<int32_t>(),
-        reinterpret_cast<const float4*>(bins.splats.data_ptr<float>()), jac, means.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
-        background.data_ptr<float>(), obs_color.data_ptr<float>(), obs_depth.data_ptr<float>(),
-        valid.data_ptr<bool>(), out.data_ptr<double>());
-  };
-  if (derivatives)
-    launch(gn_tile_kernel<true>);
-  else
-    launch(gn_tile_kernel<false>);
-  SR_CHECK_CUDA();
+  run_gauss_newton(means, radii, colors, opacities, background, obs_color, obs_depth, valid, cam,
+                   st, derivatives, nullptr, out.data_ptr<double>(), nullptr, stream);
   return out;
+}
+
+// One evaluation of the device LM (rasterizer/lm_state.py): the pass with derivatives at the
+// state's trial pose and exposure (world-frame means, transformed here), pivot from the state,
+// result into its trial slot; capped binning with room for `capacity` pairs, the count recorded in
+// the state's kLmMaxPairs + level and kLmOverflow. No host wait and no host-dependent size:
+// capturable in a CUDA graph. The settings' gain, bias and pivot are not read.
+void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
+                          const at::Tensor& colors, const at::Tensor& opacities,
+                          const at::Tensor& background, const at::Tensor& obs_color,
+                          const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
+                          double fy, double cx, double cy, int64_t width, int64_t height,
+                          const std::vector<double>& settings, at::Tensor state, int64_t level,
+                          int64_t capacity) {
+  const sr::GnSettings st =
+      sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
+                                  obs_depth, valid, width, height, settings, /*cuda=*/true);
+  sr::check_lm_state(state, means, /*cuda=*/true);
+  TORCH_CHECK(level >= 0 && level < sr::kLmMaxLevels, "level must be in [0, ", sr::kLmMaxLevels,
+              "), got ", level);
+  TORCH_CHECK(capacity > 0 && capacity < (1ll << 31), "capacity must be in [1, 2^31), got ",
+              capacity);
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const int n = (int)means.size(0);
+  double* lm = state.data_ptr<double>();
+  at::Tensor means_cam = at::empty_like(means);
+  if (n > 0) {
+    trial_to_camera_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
+        n, means.data_ptr<float>(), lm, means_cam.data_ptr<float>());
+    SR_CHECK_CUDA();
+  }
+  const sr_cuda::PairRoom room{capacity, lm + sr::kLmMaxPairs + level, lm + sr::kLmOverflow};
+  run_gauss_newton(means_cam, radii, colors, opacities, background, obs_color, obs_depth, valid,
+                   cam, st, /*derivatives=*/true, lm, lm + sr::kLmTrial, &room, stream);
+}
+
+// One LM bookkeeping phase (lm_math.h) on the device state: a one-thread kernel.
+void lm_phase_cuda(at::Tensor state, int64_t phase, const std::vector<double>& settings) {
+  sr::check_lm_state(state, state, /*cuda=*/true);
+  const sr::LmSettings c = sr::check_lm_settings(phase, settings);
+  const c10::cuda::CUDAGuard guard(state.device());
+  lm_phase_kernel<<<1, 1, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(
+      state.data_ptr<double>(), (int)phase, c);
+  SR_CHECK_CUDA();
 }

@@ -83,6 +83,16 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
                             double fy, double cx, double cy, int64_t width, int64_t height,
                             const std::vector<double>& settings, bool derivatives);
 
+// The device LM's evaluation and bookkeeping phase on the CPU (gn_cpu.cpp); arguments as in
+// rasterizer/lm_state.py.
+void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
+                         const at::Tensor& opacities, const at::Tensor& background,
+                         const at::Tensor& obs_color, const at::Tensor& obs_depth,
+                         const at::Tensor& valid, double fx, double fy, double cx, double cy,
+                         int64_t width, int64_t height, const std::vector<double>& settings,
+                         at::Tensor state, int64_t level, int64_t capacity);
+void lm_phase_cpu(at::Tensor state, int64_t phase, const std::vector<double>& settings);
+
 // The robust normal-equations reduction (normal_eq_cpu.cpp); arguments as in
 // rasterizer/normal_equations.py.
 void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,

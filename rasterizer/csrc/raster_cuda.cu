@@ -83,26 +83,47 @@ __global__ void gather_counts_kernel(int n, const int32_t* __restrict__ order,
   if (k < n) out[k] = counts[order[k]];
 }
 
+// Pairs at positions >= cap are dropped (capped binning: fill_tail_kernel flags the overflow).
 template <typename KeyT>
 __global__ void emit_kernel(int n, sr::Camera cam, const int32_t* __restrict__ order,
                             const int32_t* __restrict__ offsets, const float4* __restrict__ splats,
-                            KeyT* __restrict__ keys, int32_t* __restrict__ vals) {
+                            KeyT* __restrict__ keys, int32_t* __restrict__ vals, int32_t cap) {
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= n) return;
   int32_t pos = k == 0 ? 0 : offsets[k - 1];
-  const int32_t end = offsets[k];
-  if (pos == end) return;
+  const int32_t end = min(offsets[k], cap);
+  if (pos >= end) return;
   const int32_t i = order[k];
   const float4 g = splats[i];
   const sr::Splat s{g.x, g.y, g.z, g.w};
   int tx0, tx1, ty0, ty1;
   sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
   for (int ty = ty0; ty < ty1; ++ty)
-    for (int tx = tx0; tx < tx1; ++tx) {
+    for (int tx = tx0; tx < tx1 && pos < end; ++tx) {
       keys[pos] = (KeyT)(ty * cam.tiles_x + tx);
       vals[pos] = i;
       ++pos;
     }
+}
+
+// Capped binning: the pair count M is the last inclusive offset, read on the device. Key slots
+// [M, cap) get the sentinel tile id n_tiles (sorted after every real tile, ignored by the
+// ranges); thread 0 records max(M) in *max_pairs and sets *overflow to 1 when M > cap.
+template <typename KeyT>
+__global__ void fill_tail_kernel(int n, int32_t cap, int n_tiles,
+                                 const int32_t* __restrict__ offsets, KeyT* __restrict__ keys,
+                                 int32_t* __restrict__ vals, double* __restrict__ max_pairs,
+                                 double* __restrict__ overflow) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  const int32_t m = n > 0 ? offsets[n - 1] : 0;
+  if (k == 0) {
+    if ((double)m > *max_pairs) *max_pairs = (double)m;
+    if (m > cap) *overflow = 1.0;
+  }
+  if (k < cap && k >= m) {
+    keys[k] = (KeyT)n_tiles;
+    vals[k] = 0;
+  }
 }
 
 // Tile ranges from the tile-sorted keys: every tile gets [start, end), empty tiles (k, k).
@@ -375,15 +396,17 @@ CountSlot& count_slot(int device) {
 }
 
 // Sorts the (tile, sphere) pairs by tile (stable) and fills the tile ranges. Returns sorted ids.
-// `ws` (order, offsets) is released as soon as the pairs are emitted (peak memory).
+// `ws` (order, offsets) is released as soon as the pairs are emitted (peak memory). With `capped`
+// (capped binning) m is the room for pairs, not the count: the tail is filled with sentinels and
+// the count recorded in capped->max_pairs / overflow, all on the device.
 template <typename KeyT>
 at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::Tensor ws,
                      const int32_t* order, const int32_t* offsets, const float4* splats,
-                     int2* ranges, cudaStream_t stream) {
+                     int2* ranges, cudaStream_t stream, const sr_cuda::PairRoom* capped) {
   const auto opt = ws.options();
   const auto iopt = opt.dtype(at::kInt);
   int bits = 1;
-  while ((1 << bits) < n_tiles) ++bits;
+  while ((1 << bits) < n_tiles + (capped != nullptr ? 1 : 0)) ++bits;  // room for the sentinel
   size_t temp_bytes = 0;
   {
     cub::DoubleBuffer<KeyT> dk(nullptr, nullptr);
@@ -397,8 +420,14 @@ at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::T
   KeyT* kp = reinterpret_cast<KeyT*>(kb + o_keys);
   at::Tensor vals = at::empty({m}, iopt);
   emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(n, cam, order, offsets, splats, kp,
-                                                             vals.data_ptr<int32_t>());
+                                                             vals.data_ptr<int32_t>(), (int32_t)m);
   SR_CHECK_CUDA();
+  if (capped != nullptr) {
+    fill_tail_kernel<KeyT><<<blocks_for(m, 256), 256, 0, stream>>>(
+        n, (int32_t)m, n_tiles, offsets, kp, vals.data_ptr<int32_t>(), capped->max_pairs,
+        capped->overflow);
+    SR_CHECK_CUDA();
+  }
   ws.reset();  // queued work still reads it: the allocator reuses it in stream order only
   at::Tensor vals_alt = at::empty({m}, iopt);
   cub::DoubleBuffer<KeyT> dk(kp, kp + m);
@@ -413,10 +442,11 @@ at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::T
 
 }  // namespace
 
-// The tiling of one render (see raster_cuda.h). One host wait (the pair count), placed so that
-// the GPU does not run dry while the host waits.
+// The tiling of one render (see raster_cuda.h). Exact (capped == nullptr): one host wait (the pair
+// count), placed so that the GPU does not run dry while the host waits. Capped: no host wait.
 sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& radii,
-                                   const sr::Camera& cam, cudaStream_t stream) {
+                                   const sr::Camera& cam, cudaStream_t stream,
+                                   const PairRoom* capped) {
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
@@ -457,10 +487,13 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
         n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
         reinterpret_cast<float4*>(b.splats.data_ptr<float>()), kp, ip, counts, pairs);
     SR_CHECK_CUDA();
-    CountSlot& slot = count_slot(means.get_device());
-    C10_CUDA_CHECK(cudaMemcpyAsync(slot.host, pairs, sizeof(unsigned long long),
-                                   cudaMemcpyDeviceToHost, stream));
-    C10_CUDA_CHECK(cudaEventRecord(slot.event, stream));
+    CountSlot* slot = nullptr;
+    if (capped == nullptr) {
+      slot = &count_slot(means.get_device());
+      C10_CUDA_CHECK(cudaMemcpyAsync(slot->host, pairs, sizeof(unsigned long long),
+                                     cudaMemcpyDeviceToHost, stream));
+      C10_CUDA_CHECK(cudaEventRecord(slot->event, stream));
+    }
 
     cub::DoubleBuffer<uint32_t> dk(kp, kp + n);
     cub::DoubleBuffer<int32_t> dv(ip, ip + n);
@@ -474,17 +507,21 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
     cub::DeviceScan::InclusiveSum(temp, scan_bytes, sorted_counts, offsets, n, stream);
     SR_CHECK_CUDA();
 
-    C10_CUDA_CHECK(cudaEventSynchronize(slot.event));
-    const unsigned long long total = *slot.host;
-    TORCH_CHECK(total < (1ull << 31), "sphere rasterizer: ", total,
-                " (tile, sphere) pairs: more than the 2^31 - 1 supported");
-    m = (int64_t)total;
+    if (capped == nullptr) {
+      C10_CUDA_CHECK(cudaEventSynchronize(slot->event));
+      const unsigned long long total = *slot->host;
+      TORCH_CHECK(total < (1ull << 31), "sphere rasterizer: ", total,
+                  " (tile, sphere) pairs: more than the 2^31 - 1 supported");
+      m = (int64_t)total;
+    } else {
+      m = capped->capacity;
+    }
     if (m > 0) {
-      b.ids = n_tiles <= 65536
+      b.ids = n_tiles < 65536
                 ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
-                                      ranges_p, stream)
+                                      ranges_p, stream, capped)
                 : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
-                                      ranges_p, stream);
+                                      ranges_p, stream, capped);
     }
   }
   if (m == 0) {

@@ -9,6 +9,7 @@
 
 #include "adam_math.h"
 #include "gn_math.h"
+#include "lm_math.h"
 #include "normal_eq_math.h"
 #include "sphere_math.h"
 
@@ -91,6 +92,26 @@ inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Ten
   const GnSettings st = make_gn_settings(settings.data());
   TORCH_CHECK(st.depth_eps > 0.f, "depth_eps must be > 0");
   return st;
+}
+
+// An LM state (lm_math.h): (kLmSize,) contiguous float64 on the device of `like`.
+inline void check_lm_state(const at::Tensor& state, const at::Tensor& like, bool cuda) {
+  TORCH_CHECK(state.is_cuda() == cuda, cuda ? "state must be a CUDA tensor" : "state must be a CPU tensor");
+  TORCH_CHECK(state.scalar_type() == at::kDouble && state.is_contiguous() && state.dim() == 1 &&
+                  state.numel() == kLmSize,
+              "state must be a contiguous float64 tensor of ", kLmSize, " values");
+  TORCH_CHECK(state.device() == like.device(), "state is on ", state.device(), " but the spheres on ",
+              like.device());
+}
+
+// An LM phase (lm_math.h LmPhase) and its kLmSettings settings.
+inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& settings) {
+  TORCH_CHECK(phase >= kLmBegin && phase <= kLmAccept, "unknown LM phase ", phase);
+  TORCH_CHECK((int)settings.size() == kLmSettings, "LM settings must have ", kLmSettings, " values");
+  const LmSettings c = make_lm_settings(settings.data());
+  TORCH_CHECK(c.attempts >= 1 && c.damping > 0.0 && c.damping_up > 1.0 && c.damping_down > 0.0,
+              "LM settings: attempts >= 1, damping > 0, damping_up > 1, damping_down > 0");
+  return c;
 }
 
 // The arguments of the normal-equations reduction (rasterizer/normal_equations.py) as both

@@ -48,6 +48,10 @@ class TrackingConfig:
                                     # 2.47-2.51 cm ATE, and worse as frames get farther apart
                                     # (stride 2: 3.00 vs 2.58 cm): not yet the default; renders:
                                     # image-gradient / finite-difference Jacobians over renders
+    cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
+                                    # captured CUDA graph (rasterizer/lm_state.py; no host wait
+                                    # inside a frame either way); false: the same kernels queued
+                                    # one by one
     iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
     fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
     fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m

@@ -12,20 +12,31 @@ import torch
 
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
+from slam.tracking.fused import CAPTURE_AFTER
 from slam.tracking.tracker import Tracker
 
 
+# Host calls that put work on the GPU (the CUDA runtime's names as the profiler records them); a
+# graph launch puts a whole captured frame there with one call.
+HOST_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                     "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+
+
 def summarise(prof, frames: int) -> dict:
-    """Per frame: host ms (operators' own CPU time), GPU ms (kernel time) and CUDA kernel launches."""
+    """Per frame: host ms (operators' own CPU time), GPU ms (kernel time), ``launches`` (the GPU
+    operations run: kernels, memsets and copies, also those of a CUDA graph) and
+    ``host_launches`` (the host calls that queued them: launches, copies, memsets, graph launches)."""
     host_us = gpu_us = 0.0
-    launches = 0
+    launches = host_launches = 0
     for e in prof.key_averages():
         host_us += e.self_cpu_time_total
         if "CUDA" in str(getattr(e, "device_type", "")):
             gpu_us += getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
             launches += e.count
+        elif e.key in HOST_LAUNCH_CALLS:
+            host_launches += e.count
     return {"frames": frames, "host_ms": host_us / 1e3 / frames, "gpu_ms": gpu_us / 1e3 / frames,
-            "launches": launches / frames}
+            "launches": launches / frames, "host_launches": host_launches / frames}
 
 
 @torch.no_grad()
@@ -41,7 +52,8 @@ def profile_replay(tracker: Tracker, obs: Observation, snap: MapSnapshot, start,
         tracker.prev2 = before
         tracker.track(obs, snap)
 
-    once()  # warm-up
+    for _ in range(CAPTURE_AFTER):   # warm-up; the fused solver's CUDA graph is captured here
+        once()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:

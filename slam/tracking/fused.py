@@ -1,95 +1,266 @@
-"""Levenberg-Marquardt on the fused Gauss-Newton kernel (``rasterizer.gauss_newton``): one kernel
-pass per evaluation renders the map at the pose, differentiates the render exactly (forward mode
-through the compositing), forms the robust residuals and reduces the 8x8 normal equations, the
-cost and the quality counts. Nothing image-sized leaves the kernel, and one small host transfer
-per evaluation brings back everything the step needs.
+"""The fused solver (``tracking.solver: fused``): Levenberg-Marquardt on the fused Gauss-Newton
+kernel with the LM state on the tracking device (``rasterizer.lm_state``).
 
-Per LM iteration: solve the damped system on the host (float64, 8x8), evaluate the trial pose
-with derivatives (if it is accepted, its normal equations serve the next iteration: one render
-per accepted step); after a rejection, further trials are cost-only and an accepted one is
-followed by one evaluation with derivatives. The same schedule, thresholds and acceptance rule as
-the render-difference solver (``slam.tracking.tracker``, ``tracking.solver: renders``).
+One kernel pass per evaluation renders the map at the trial pose, differentiates the render
+exactly (forward mode through the compositing), forms the robust residuals and reduces the 8x8
+normal equations; one-thread kernels solve the damped step, apply it and accept or reject it. So a
+frame's iterations need no host decision: the host queues every level's work, then reads the state
+back once. On CUDA with ``tracking.cuda_graph`` the whole frame (all levels) is one captured CUDA
+graph, replayed with the frame's observation, the map and the start pose copied into its static
+inputs (``FrameGraphs``).
+
+Per level of n iterations: one evaluation at the current pose, then n x (propose, evaluate,
+accept or reject); a rejected trial uses an iteration; the level stops early (its remaining
+evaluations do nothing) once a step is negligible, ``lm_attempts`` trials in a row were rejected
+or nothing is in view. The same thresholds as the render-difference solver
+(``slam.tracking.tracker``, ``tracking.solver: renders``).
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from functools import partial
+from typing import Optional
 
 import numpy as np
 import torch
 
 import rasterizer
+from rasterizer import lm_state as L
 from slam.config import QualityConfig, TrackingConfig
-from slam.geometry import invert, orthonormalize, pivot_increment, transform_points
+from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
 from slam.tracking import lm
 from slam.tracking.quality import TrackQuality, conditioning
 from slam.tracking.result import TrackResult
 
+# Room for (tile, sphere) pairs per evaluation on CUDA (capped binning: no host wait for the
+# count). First guess per level, then raised to PAIR_ROOM_MARGIN x the most seen when a frame fills
+# more than PAIR_ROOM_FILL of it; an evaluation with
+# more pairs than room is detected after the frame and the frame redone with more. Not tuning
+# values: results do not depend on them, only the sort's size and how often a frame is redone.
+PAIR_ROOM_PER_SPHERE = 4
+PAIR_ROOM_MIN = 1 << 16
+PAIR_ROOM_MARGIN = 1.5
+PAIR_ROOM_FILL = 0.8
+# A schedule's graph is captured the second time it runs: one-off solvers (loop verification,
+# relocalisation) never pay for a capture.
+CAPTURE_AFTER = 2
 
-class FusedEvaluator:
-    """Evaluates one pyramid level at a pose: ``(T_cw (4, 4) float64, exposure (log gain, bias),
-    derivatives) -> rasterizer.GaussNewtonResult``. ``count`` is called once per kernel pass."""
 
-    def __init__(self, snapshot: MapSnapshot, obs, valid: torch.Tensor, z_pivot: float, cfg: TrackingConfig,
-                 quality: QualityConfig, backend: str, count: Callable[[], None]) -> None:
+class Scene:
+    """The map as the LM reads it: world-frame (N, 3) means, (N,) radii, (N, 3) colours, (N,)
+    opacities, float32 on the tracking device."""
+
+    def __init__(self, means, radii, colors, opacities) -> None:
+        self.means, self.radii, self.colors, self.opacities = means, radii, colors, opacities
+
+
+class FusedSolver:
+    """The fused solver of one tracker (owns its pair room and, on CUDA, its captured graphs)."""
+
+    def __init__(self, cfg: TrackingConfig, quality: QualityConfig, backend: str) -> None:
+        self.cfg = cfg
+        self.settings = L.lm_settings(damping=cfg.damping, damping_up=cfg.damping_up,
+                                      damping_down=cfg.damping_down, min_damping=lm.MIN_DAMPING,
+                                      min_diagonal=lm.MIN_DIAGONAL, converged_step=cfg.converged_step,
+                                      attempts=cfg.lm_attempts, exposure=cfg.exposure)
+        self.robust = dict(depth_weight=cfg.depth_weight, huber=(cfg.huber_color, cfg.huber_depth),
+                           alpha_threshold=cfg.alpha_threshold,
+                           depth_noise=(quality.depth_noise_floor, quality.depth_noise_quad),
+                           color_tol=quality.color_tol, exposure=cfg.exposure)
+        if backend not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"tracking.solver fused runs on the 'cuda' or 'cpu' kernels, not raster.backend "
+                             f"{backend!r}: use solver renders with the reference backend")
+        self.room: dict[int, int] = {}     # pyramid level -> pair room (CUDA)
+        self.graphs: Optional[FrameGraphs] = None
+        self.redone = 0                    # frames redone for lack of pair room
+
+    # ------------------------------------------------------------------ public
+    @torch.no_grad()
+    def optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> tuple[TrackResult, int]:
+        """LM over the pyramid (coarse to fine) from ``T_wc_init``. Returns the ``TrackResult``
+        (loss, known fraction and quality at the final pose of the finest level) and the number of
+        kernel passes run."""
+        if len(pyramid) > L.MAX_LEVELS:
+            raise ValueError(f"the fused solver takes at most {L.MAX_LEVELS} pyramid levels, got {len(pyramid)}")
         snapshot.wait()
-        self.snap, self.obs, self.valid, self.z_pivot = snapshot, obs, valid, z_pivot
-        self.cfg, self.quality, self.backend, self.count = cfg, quality, backend, count
-
-    def __call__(self, T_cw: np.ndarray, exposure: tuple[float, float], derivatives: bool):
-        self.count()
-        s, o, c, q = self.snap, self.obs, self.cfg, self.quality
-        T = torch.as_tensor(T_cw, dtype=torch.float32).to(s.device)
-        packed = rasterizer.gauss_newton(
-            transform_points(T, s.means), s.radii, s.colors, s.opacities, o.K, o.width, o.height, o.color, o.depth,
-            self.valid, pivot_z=self.z_pivot, gain=math.exp(exposure[0]), bias=exposure[1],
-            depth_weight=c.depth_weight, huber=(c.huber_color, c.huber_depth), alpha_threshold=c.alpha_threshold,
-            depth_noise=(q.depth_noise_floor, q.depth_noise_quad), color_tol=q.color_tol, exposure=c.exposure,
-            derivatives=derivatives, backend=self.backend)
-        return rasterizer.GaussNewtonResult.unpack(packed, c.exposure)
-
-
-@torch.no_grad()
-def optimise_fused(pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int, cfg: TrackingConfig,
-                   quality: QualityConfig, backend: str, count: Callable[[], None]):
-    """LM over the pyramid (coarse to fine) from ``T_wc_init``; returns a ``TrackResult`` with
-    the loss, known fraction and quality measured at the final pose of the finest level."""
-    T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
-    exposure = (0.0, 0.0)
-    finest = pyramid[-1][0].depth
-    ok_depth = finest > 0
-    z_pivot = float(finest[ok_depth].median()) if bool(ok_depth.any()) else 1.0
-    done = 0
-    res = None
-    for (obs, valid), n_iter in zip(pyramid, lm.level_iters(iters, len(pyramid), cfg.coarse_share)):
-        evaluate = FusedEvaluator(snapshot, obs, valid, z_pivot, cfg, quality, backend, count)
-        damping = cfg.damping
-        res = evaluate(T_cw, exposure, True)
-        if res.n_valid == 0:
-            return TrackResult(np.asarray(T_wc_init).copy(), float("inf"), 0.0, False, False, done)
-        for _ in range(n_iter):
-            if res.cost == 0.0:
-                break  # nothing known in view
-            accepted = None
-            for attempt in range(cfg.lm_attempts):
-                step = lm.damped_step(res.H, res.g, damping)
-                T_new = pivot_increment(step[:6], z_pivot) @ T_cw
-                exp_new = (exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
-                trial = evaluate(T_new, exp_new, attempt == 0)
-                done += 1
-                if trial.cost <= res.cost:
-                    accepted = trial if attempt == 0 else evaluate(T_new, exp_new, True)
-                    T_cw, exposure = T_new, exp_new
-                    damping = max(damping * cfg.damping_down, lm.MIN_DAMPING)
-                    break
-                damping *= cfg.damping_up
-            if accepted is None:
-                break  # no improving step: converged (or stuck)
-            res = accepted
-            if float(np.abs(step[:6]).max()) < cfg.converged_step:
+        schedule = tuple(lm.level_iters(iters, len(pyramid), self.cfg.coarse_share))
+        T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
+        cuda = snapshot.device.type == "cuda"
+        for _ in range(3):   # a frame whose pairs outgrew the room is redone (at most twice)
+            if cuda and self.cfg.cuda_graph:
+                if self.graphs is None:
+                    self.graphs = FrameGraphs(snapshot.device, self)
+                host = self.graphs.run(pyramid, snapshot, T_cw, schedule)
+            else:
+                host = self._run_eager(pyramid, snapshot, T_cw, schedule, stop_when_done=not cuda)
+            if not (cuda and self._grow_room(host, len(pyramid))):
                 break
-    cnt = max(res.n_covered, 1)
-    known = cnt / max(float(res.n_valid), 1.0)
-    q = TrackQuality(known, res.n_depth_in / cnt, res.n_color_in / cnt, conditioning(res.H))
-    return TrackResult(orthonormalize(invert(T_cw)), res.l1 / cnt, known, True, False, done, q)
+            self.redone += 1
+        return self._result(host, T_wc_init), int(host[L.PASSES])
+
+    # ------------------------------------------------------------------ internals
+    def room_for(self, level: int, n_spheres: int) -> int:
+        return self.room.setdefault(level, max(PAIR_ROOM_MIN, PAIR_ROOM_PER_SPHERE * n_spheres))
+
+    def _grow_room(self, host: np.ndarray, levels: int) -> bool:
+        """Raise a level's room to PAIR_ROOM_MARGIN x the most pairs seen when they filled more
+        than PAIR_ROOM_FILL of it (a new room means a new graph: not every frame); True when the
+        frame overflowed (its result is wrong: redo it)."""
+        for level in range(levels):
+            seen = float(host[L.MAX_PAIRS + level])
+            if seen > PAIR_ROOM_FILL * self.room.get(level, 0):
+                self.room[level] = int(math.ceil(seen * PAIR_ROOM_MARGIN / 4096)) * 4096
+        return bool(host[L.OVERFLOW])
+
+    def run_levels(self, scene: Scene, pyramid, state: torch.Tensor, schedule, stop_when_done: bool) -> None:
+        """Queue every level's LM work on ``state`` (see the module docstring). With
+        ``stop_when_done`` (CPU: the state is host memory) a finished level's loop ends early."""
+        s = self.settings
+        for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
+            evaluate = partial(L.gauss_newton_lm, scene.means, scene.radii, scene.colors, scene.opacities,
+                               obs.K, obs.width, obs.height, obs.color, obs.depth, valid, state, level=level,
+                               capacity=self.room_for(level, scene.means.shape[0]), **self.robust)
+            L.lm_phase(state, L.BEGIN, s)
+            evaluate()
+            L.lm_phase(state, L.START, s)
+            for _ in range(n_iter):
+                if stop_when_done and state[L.DONE] != 0.0:
+                    break
+                L.lm_phase(state, L.PROPOSE, s)
+                evaluate()
+                L.lm_phase(state, L.ACCEPT, s)
+
+    def _run_eager(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule, stop_when_done: bool) -> np.ndarray:
+        state = L.new_state(T_cw, snapshot.device)
+        state[L.PIVOT] = pivot_depth(pyramid[-1][0].depth)
+        scene = Scene(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities)
+        self.run_levels(scene, pyramid, state, schedule, stop_when_done)
+        return state.cpu().numpy()
+
+    def _result(self, host: np.ndarray, T_wc_init: np.ndarray) -> TrackResult:
+        trials = int(host[L.TRIALS])
+        if host[L.NO_VALID] != 0.0:
+            return TrackResult(np.asarray(T_wc_init).copy(), float("inf"), 0.0, False, False, trials)
+        res = rasterizer.GaussNewtonResult.unpack(torch.from_numpy(host[L.CUR:L.TRIAL]),
+                                                  self.cfg.exposure)
+        cnt = max(res.n_covered, 1)
+        known = cnt / max(float(res.n_valid), 1.0)
+        q = TrackQuality(known, res.n_depth_in / cnt, res.n_color_in / cnt, conditioning(res.H))
+        T_cw = host[L.T:L.T + 16].reshape(4, 4)
+        return TrackResult(orthonormalize(invert(T_cw)), res.l1 / cnt, known, True, False, trials, q)
+
+
+def pivot_depth(depth: torch.Tensor) -> torch.Tensor:
+    """The rotation pivot's z: the median valid (> 0) depth of (H, W) ``depth``, m, as a 0-d tensor
+    on its device (1 m when nothing is valid); no host wait."""
+    d = torch.where(depth > 0, depth, torch.full_like(depth, float("nan")))
+    return torch.nan_to_num(d.nanmedian(), nan=1.0).to(torch.float64)
+
+
+def _padded(n: int) -> int:
+    """Sphere slots of the static scene for n spheres: the next of 2^k x (1, 1.25, 1.5, 1.75), so a
+    growing map re-captures the graphs a few times per doubling."""
+    size = 1024
+    while True:
+        for step in (4, 5, 6, 7):
+            if size * step // 4 >= n:
+                return size * step // 4
+        size *= 2
+
+
+class FrameGraphs:
+    """A frame's LM work captured as CUDA graphs, one per iteration schedule, over static inputs:
+    the map padded to a slot count (padding spheres have NaN centres: culled), each pyramid level's
+    observation, and the LM state. A graph is re-captured when the map outgrows its slots, the
+    frame size or intrinsics change, or a level's pair room grows; the first CAPTURE_AFTER frames of
+    each are run without a graph (the capture's warm-up)."""
+
+    def __init__(self, device: torch.device, solver: FusedSolver) -> None:
+        self.device, self.solver = device, solver
+        self.scene: Optional[Scene] = None
+        self.scene_version: Optional[int] = None
+        self.obs: Optional[list] = None          # per level (Observation-like, valid) static copies
+        self.obs_key = None
+        self.state = torch.zeros(L.STATE_SIZE, dtype=torch.float64, device=device)
+        self.init = torch.zeros(L.STATE_SIZE, dtype=torch.float64).pin_memory()
+        self.graphs: dict = {}
+        self.uses: dict = {}                     # key -> frames run without a graph
+        self.pool = None
+        self.captures = 0
+
+    def run(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule) -> np.ndarray:
+        """This frame's LM through the graph for ``schedule`` (captured after a first eager run);
+        returns the final state on the host (the frame's one host wait)."""
+        self._load_scene(snapshot)
+        self._load_obs(pyramid)
+        self.init.copy_(L.new_state(T_cw, "cpu"))
+        self.state.copy_(self.init, non_blocking=True)
+        self.state[L.PIVOT] = pivot_depth(self.obs[-1][0].depth)
+        slots = self.scene.means.shape[0]
+        key = (schedule, tuple(self.solver.room_for(level, slots) for level in range(len(pyramid))))
+        graph = self.graphs.get(key)
+        if graph is not None:
+            graph.replay()
+            return self.state.cpu().numpy()
+        self.solver.run_levels(self.scene, self.obs, self.state, schedule, stop_when_done=False)
+        host = self.state.cpu().numpy()
+        self.uses[key] = self.uses.get(key, 0) + 1
+        if not host[L.OVERFLOW] and self.uses[key] >= CAPTURE_AFTER:
+            self._capture(key, schedule)
+        return host
+
+    def _capture(self, key, schedule) -> None:
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the mapper thread keeps allocating and launching while the tracker captures
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            self.solver.run_levels(self.scene, self.obs, self.state, schedule, stop_when_done=False)
+        self.pool = graph.pool()
+        self.graphs[key] = graph
+        self.captures += 1
+
+    def _reset(self) -> None:
+        self.graphs.clear()
+        self.uses.clear()
+        self.pool = None
+
+    def _load_scene(self, snap: MapSnapshot) -> None:
+        if self.scene_version == snap.version and self.scene is not None:
+            return
+        n = snap.size
+        if self.scene is None or self.scene.means.shape[0] < n:
+            slots = _padded(n)
+            f = dict(dtype=torch.float32, device=self.device)
+            self.scene = Scene(torch.empty(slots, 3, **f), torch.empty(slots, **f),
+                               torch.empty(slots, 3, **f), torch.empty(slots, **f))
+            self._reset()
+        sc = self.scene
+        sc.means[:n].copy_(snap.means)
+        sc.radii[:n].copy_(snap.radii)
+        sc.colors[:n].copy_(snap.colors)
+        sc.opacities[:n].copy_(snap.opacities)
+        sc.means[n:] = float("nan")
+        sc.radii[n:] = 0.0
+        sc.colors[n:] = 0.0
+        sc.opacities[n:] = 0.0
+        self.scene_version = snap.version
+
+    def _load_obs(self, pyramid) -> None:
+        key = tuple((o.width, o.height, tuple(o.K.flatten().tolist())) for o, _ in pyramid)
+        if key != self.obs_key:
+            self.obs = [(_StaticObs(o, self.device), torch.empty_like(v)) for o, v in pyramid]
+            self.obs_key = key
+            self._reset()
+        for (dst, dst_valid), (o, v) in zip(self.obs, pyramid):
+            dst.color.copy_(o.color)
+            dst.depth.copy_(o.depth)
+            dst_valid.copy_(v)
+
+
+class _StaticObs:
+    """Static copies of one pyramid level's observation (what the LM reads of it)."""
+
+    def __init__(self, o, device) -> None:
+        self.K, self.width, self.height = o.K, o.width, o.height
+        self.color = torch.empty_like(o.color, device=device)
+        self.depth = torch.empty_like(o.depth, device=device)

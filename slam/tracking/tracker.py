@@ -38,7 +38,7 @@ from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
-from slam.tracking.fused import optimise_fused
+from slam.tracking.fused import FusedSolver
 from slam.tracking.quality import TrackQuality, conditioning, judge, pixel_counts
 from slam.tracking.result import TrackResult, rank
 
@@ -64,6 +64,7 @@ class Tracker:
         self.recoveries = 0
         self._huber: dict = {}   # device -> (4,) Huber thresholds of the residual channels
         self._renders = 0        # renders of the frame being tracked
+        self._fused = FusedSolver(cfg, quality, backend) if cfg.solver == "fused" else None
 
     # ------------------------------------------------------------------ public
     def initialise(self, T_wc: np.ndarray) -> None:
@@ -150,13 +151,11 @@ class Tracker:
 
     def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
         """LM from ``T_wc_init`` with the configured solver (``tracking.solver``)."""
-        if self.cfg.solver == "fused":
-            return optimise_fused(pyramid, snapshot, T_wc_init, iters, self.cfg, self.quality_cfg, self.backend,
-                                  self._count_render)
+        if self._fused is not None:
+            result, passes = self._fused.optimise(pyramid, snapshot, T_wc_init, iters)
+            self._renders += passes
+            return result
         return self._optimise_renders(pyramid, snapshot, T_wc_init, iters)
-
-    def _count_render(self) -> None:
-        self._renders += 1
 
     @torch.no_grad()
     def _optimise_renders(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:

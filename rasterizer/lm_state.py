@@ -1,0 +1,187 @@
+"""The tracker's Levenberg-Marquardt loop with its state on the device, beside the fused
+Gauss-Newton pass (``rasterizer.gauss_newton``): a frame's iterations need no host decision, so
+they run without a host wait and, on CUDA, can be captured in one CUDA graph.
+
+Usage (one pyramid level; ``slam.tracking.fused`` drives the levels)::
+
+    state = lm_state.new_state(T_cw, device)             # (STATE_SIZE,) float64
+    state[PIVOT] = z_pivot                                # or a device op: no host wait
+    s = lm_state.lm_settings(damping=1e-3, ...)
+    lm_state.lm_phase(state, BEGIN, s)
+    lm_state.gauss_newton_lm(means_w, ..., state, level=0, capacity=cap, ...)
+    lm_state.lm_phase(state, START, s)
+    for _ in range(n_iter):
+        lm_state.lm_phase(state, PROPOSE, s)
+        lm_state.gauss_newton_lm(means_w, ..., state, level=0, capacity=cap, ...)
+        lm_state.lm_phase(state, ACCEPT, s)
+    host = state.cpu()                                    # the frame's one host wait
+
+The model (csrc/lm_math.h; ``lm_phase_reference`` is the NumPy oracle)
+--------------------------------------------------------------------
+State (float64, offsets below): current pose T_cw (4x4 world-to-camera) and exposure (log gain,
+bias), the trial pose and exposure that the next evaluation renders at, the damping, the pivot z,
+flags and counters, and two packed Gauss-Newton results (rasterizer.gauss_newton's 50 values):
+``CUR`` at the current pose, ``TRIAL`` of the last evaluation.
+
+* BEGIN (a level starts): damping = settings' initial damping, trial = current, done = no_valid.
+* evaluation (``gauss_newton_lm``): the fused pass with derivatives at the trial pose and
+  exposure, the world-frame means transformed on the device, the pivot from the state; writes
+  TRIAL. Skipped once the level is done.
+* START: passes += 1, CUR = TRIAL; done when no pixel is valid (no_valid = 1: the frame fails)
+  or the cost is 0.
+* PROPOSE: x = -(H + damping diag(max(diag H, min_diagonal)))^-1 g from CUR (6 or 8 parameters),
+  trial pose = pivot_increment(x[:6], pivot) @ T (slam.geometry.pivot_increment), trial exposure =
+  exposure + x[6:8] (with exposure).
+* ACCEPT: trials += 1, passes += 1. If TRIAL's cost <= CUR's: the trial becomes current, damping =
+  max(damping * down, min_damping), done when max |x[:6]| < converged_step or the cost is 0.
+  Else damping *= up; done after ``attempts`` consecutive rejections.
+
+Unlike the host loop of the render-difference solver, every trial is a full evaluation (with
+derivatives: an accepted trial needs no second pass) and a rejected trial uses one of the level's
+iterations: a level of n iterations costs at most n + 1 passes.
+
+Capacity: on CUDA the pass bins with room for ``capacity`` (tile, sphere) pairs instead of
+waiting for their count; the count is recorded (``MAX_PAIRS + level``, the most of any evaluation)
+and ``OVERFLOW`` is set when it exceeded the room: that frame's result is wrong and must be redone
+with more room. The CPU pass bins exactly (capacity unused, nothing recorded).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import _ext
+from ._inputs import zeros3
+from .functions import _camera
+from .gauss_newton import _settings, _validate, f32
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE
+
+__all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
+           "lm_phase_reference", "BEGIN", "START", "PROPOSE", "ACCEPT"]
+
+# State layout (csrc/lm_math.h)
+T, TRIAL_T, EXP, TRIAL_EXP = 0, 16, 32, 34
+DAMPING, PIVOT, DONE, REJECTIONS, TRIALS, STEP_MAX, NO_VALID, OVERFLOW = range(36, 44)
+MAX_LEVELS = 4
+MAX_PAIRS = 44
+PASSES = 48
+CUR = 52
+TRIAL = CUR + PACKED_SIZE
+STATE_SIZE = TRIAL + PACKED_SIZE
+# Offsets inside a packed result (rasterizer.gauss_newton)
+G, COST, L1, N_VALID, N_COVERED, N_DEPTH_IN, N_COLOR_IN = (N_TRI, N_TRI + N_PARAMS) + tuple(
+    range(N_TRI + N_PARAMS + 1, PACKED_SIZE))
+
+BEGIN, START, PROPOSE, ACCEPT = range(4)
+
+
+def new_state(T_cw: np.ndarray, device) -> torch.Tensor:
+    """(STATE_SIZE,) float64 on ``device``: current pose ``T_cw`` (4, 4) world-to-camera, exposure
+    0, everything else 0 (set PIVOT before the first level)."""
+    s = np.zeros(STATE_SIZE)
+    s[T:T + 16] = np.asarray(T_cw, dtype=np.float64).reshape(16)
+    return torch.from_numpy(s).to(device)
+
+
+def lm_settings(*, damping: float, damping_up: float, damping_down: float, min_damping: float,
+                min_diagonal: float, converged_step: float, attempts: int, exposure: bool) -> list:
+    """The phases' settings list (order: csrc/lm_math.h LmSettings)."""
+    return [float(damping), float(damping_up), float(damping_down), float(min_damping),
+            float(min_diagonal), float(converged_step), float(attempts), 1.0 if exposure else 0.0]
+
+
+def lm_phase(state: torch.Tensor, phase: int, settings: list) -> None:
+    """One bookkeeping phase (BEGIN, START, PROPOSE, ACCEPT) on ``state`` in place: a one-thread
+    kernel on CUDA, no host wait."""
+    _ext.get("cuda" if state.is_cuda else "cpu").lm_phase(state, int(phase), settings)
+
+
+def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
+                    state: torch.Tensor, *, level: int, capacity: int, depth_weight: float, huber,
+                    alpha_threshold: float, depth_noise, color_tol: float, exposure: bool = True,
+                    background=None) -> None:
+    """One evaluation of the device LM: ``rasterizer.gauss_newton`` with derivatives at the
+    state's trial pose and exposure, into its TRIAL slot (see the module docstring).
+
+    Args:
+        means: (N, 3) float32 world-frame centres, m (transformed by the trial pose on the
+            device); radii, colors, opacities, K, width, height, the observation and the robust
+            settings as ``rasterizer.gauss_newton`` (whose gain, bias and pivot come from the state).
+        state: (STATE_SIZE,) float64 on the spheres' device.
+        level: pyramid level (0 .. MAX_LEVELS - 1): where the pair count is recorded.
+        capacity: room for (tile, sphere) pairs on CUDA (see the module docstring).
+    """
+    _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
+              "auto", huber, depth_noise)
+    bg = zeros3(means.device, means.dtype) if background is None else background
+    settings = _settings(0.0, 1.0, 0.0, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
+                         exposure)
+    _ext.get("cuda" if means.is_cuda else "cpu").gauss_newton_lm(
+        f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
+        f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings, state,
+        int(level), int(capacity))
+
+
+def _pivot_increment(x: np.ndarray, z: float) -> np.ndarray:
+    th2 = float(x[:3] @ x[:3])
+    if th2 < 1e-16:
+        a, b = 1.0 - th2 / 6.0, 0.5 - th2 / 24.0
+    else:
+        th = math.sqrt(th2)
+        a, b = math.sin(th) / th, (1.0 - math.cos(th)) / th2
+    W = np.array([[0.0, -x[2], x[1]], [x[2], 0.0, -x[0]], [-x[1], x[0], 0.0]])
+    M = np.eye(4)
+    M[:3, :3] = np.eye(3) + a * W + b * (W @ W)
+    p = np.array([0.0, 0.0, z])
+    M[:3, 3] = p - M[:3, :3] @ p + x[3:6]
+    return M
+
+
+def lm_phase_reference(state: np.ndarray, phase: int, settings: list) -> None:
+    """NumPy oracle of ``lm_phase`` on a (STATE_SIZE,) float64 array, in place."""
+    damping, up, down, min_damping, min_diag, converged, attempts, exposure = settings
+    s = state
+    n = N_PARAMS if exposure else 6
+    if phase == BEGIN:
+        s[DONE], s[REJECTIONS], s[DAMPING] = s[NO_VALID], 0.0, damping
+        s[TRIAL_T:TRIAL_T + 16], s[TRIAL_EXP:TRIAL_EXP + 2] = s[T:T + 16], s[EXP:EXP + 2]
+        return
+    if s[DONE] != 0.0:
+        return
+    cur, trial = s[CUR:CUR + PACKED_SIZE], s[TRIAL:TRIAL + PACKED_SIZE]
+    if phase == START:
+        s[PASSES] += 1.0
+        cur[:] = trial
+        if cur[N_VALID] == 0.0:
+            s[NO_VALID] = s[DONE] = 1.0
+        elif cur[COST] == 0.0:
+            s[DONE] = 1.0
+    elif phase == PROPOSE:
+        iu = np.triu_indices(N_PARAMS)
+        H = np.zeros((N_PARAMS, N_PARAMS))
+        H[iu] = cur[:N_TRI]
+        H = (H + np.triu(H, 1).T)[:n, :n]
+        A = H + s[DAMPING] * np.diag(np.maximum(np.diag(H), min_diag))
+        x = np.zeros(N_PARAMS)
+        x[:n] = -np.linalg.solve(A, cur[G:G + n])
+        s[STEP_MAX] = np.abs(x[:6]).max()
+        T_cw = s[T:T + 16].reshape(4, 4)
+        s[TRIAL_T:TRIAL_T + 16] = (_pivot_increment(x, s[PIVOT]) @ T_cw).reshape(16)
+        s[TRIAL_EXP:TRIAL_EXP + 2] = s[EXP:EXP + 2] + (x[6:8] if exposure else 0.0)
+    elif phase == ACCEPT:
+        s[TRIALS] += 1.0
+        s[PASSES] += 1.0
+        if trial[COST] <= cur[COST]:
+            s[T:T + 16], s[EXP:EXP + 2] = s[TRIAL_T:TRIAL_T + 16], s[TRIAL_EXP:TRIAL_EXP + 2]
+            cur[:] = trial
+            s[DAMPING] = max(s[DAMPING] * down, min_damping)
+            s[REJECTIONS] = 0.0
+            if s[STEP_MAX] < converged or cur[COST] == 0.0:
+                s[DONE] = 1.0
+        else:
+            s[DAMPING] *= up
+            s[REJECTIONS] += 1.0
+            if s[REJECTIONS] >= attempts:
+                s[DONE] = 1.0

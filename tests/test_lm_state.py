@@ -1,0 +1,125 @@
+"""The device LM (rasterizer.lm_state) on the CPU: its bookkeeping phases against the NumPy oracle
+and against the host solver's own math (slam.tracking.lm.damped_step, slam.geometry), its
+evaluation against rasterizer.gauss_newton at the transformed means, and a whole LM from a
+perturbed pose."""
+import numpy as np
+import pytest
+import torch
+
+import rasterizer
+from rasterizer import lm_state as L
+from rasterizer_scenes import (GN_SETTINGS, LM_ROBUST, LM_SETTINGS, assert_gn_close, gn_observation,
+                               lm_eval_inputs, lm_pose, lm_random_state, random_scene)
+from slam.geometry import pivot_increment, transform_points
+from slam.tracking import lm
+
+
+def settings(exposure=True, **kw):
+    return L.lm_settings(**dict(LM_SETTINGS, **kw), exposure=exposure)
+
+
+@pytest.mark.parametrize("exposure", [True, False])
+@pytest.mark.parametrize("phase", [L.BEGIN, L.START, L.PROPOSE, L.ACCEPT])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_phase_matches_oracle(phase, exposure, seed):
+    rng = np.random.default_rng(seed)
+    s = lm_random_state(rng, exposure)
+    if phase == L.ACCEPT:   # seeds 0, 2 accept, 1, 3 reject; step sizes around converged_step
+        s[L.TRIAL + L.COST] = s[L.CUR + L.COST] + (0.5 if seed % 2 else -0.5)
+        s[L.STEP_MAX] = 1e-6 if seed == 2 else 1e-3
+        s[L.REJECTIONS] = 2.0 if seed == 3 else 0.0
+    ref = s.copy()
+    L.lm_phase_reference(ref, phase, settings(exposure))
+    got = torch.from_numpy(s.copy())
+    L.lm_phase(got, phase, settings(exposure))
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
+    assert not np.array_equal(ref, s), "the phase changed nothing"
+
+
+def test_done_state_is_left_alone():
+    s = lm_random_state(np.random.default_rng(5), done=1.0)
+    for phase in (L.START, L.PROPOSE, L.ACCEPT):
+        got = torch.from_numpy(s.copy())
+        L.lm_phase(got, phase, settings())
+        assert np.array_equal(got.numpy(), s)
+
+
+def test_accept_and_reject_rules():
+    s = lm_random_state(np.random.default_rng(6))
+    st = settings()
+    t = torch.from_numpy(s.copy())
+    t[L.TRIAL + L.COST] = t[L.CUR + L.COST] + 1.0          # worse: rejected, damping up
+    for k in range(LM_SETTINGS["attempts"]):
+        assert t[L.DONE] == 0
+        L.lm_phase(t, L.ACCEPT, st)
+    assert t[L.DONE] == 1 and t[L.REJECTIONS] == LM_SETTINGS["attempts"]
+    assert t[L.DAMPING] == pytest.approx(s[L.DAMPING] * 10.0 ** LM_SETTINGS["attempts"])
+    assert np.array_equal(t[L.T:L.T + 16].numpy(), s[L.T:L.T + 16])      # pose kept
+    t = torch.from_numpy(s.copy())
+    t[L.STEP_MAX] = 1e-3
+    L.lm_phase(t, L.ACCEPT, st)                              # equal cost counts as better
+    assert t[L.DONE] == 0 and np.array_equal(t[L.T:L.T + 16].numpy(), s[L.TRIAL_T:L.TRIAL_T + 16])
+    assert t[L.DAMPING] == pytest.approx(max(s[L.DAMPING] * 0.3, 1e-6))
+
+
+@pytest.mark.parametrize("exposure", [True, False])
+def test_propose_is_the_host_solvers_step(exposure):
+    """The device step equals lm.damped_step + slam.geometry.pivot_increment of the host solver."""
+    s = lm_random_state(np.random.default_rng(7), exposure)
+    got = torch.from_numpy(s.copy())
+    L.lm_phase(got, L.PROPOSE, settings(exposure))
+    res = rasterizer.GaussNewtonResult.unpack(torch.from_numpy(s[L.CUR:L.TRIAL]), exposure)
+    step = lm.damped_step(res.H, res.g, s[L.DAMPING])
+    T_new = pivot_increment(step[:6], s[L.PIVOT]) @ s[L.T:L.T + 16].reshape(4, 4)
+    np.testing.assert_allclose(got[L.TRIAL_T:L.TRIAL_T + 16].numpy().reshape(4, 4), T_new, rtol=1e-10, atol=1e-12)
+    exp_new = s[L.EXP:L.EXP + 2] + (step[6:8] if exposure else 0.0)
+    np.testing.assert_allclose(got[L.TRIAL_EXP:L.TRIAL_EXP + 2].numpy(), exp_new, rtol=1e-10, atol=1e-12)
+    assert got[L.STEP_MAX] == pytest.approx(np.abs(step[:6]).max())
+
+
+def test_evaluation_is_the_pass_at_the_trial_pose():
+    scene = random_scene(300, 64, 48, seed=3)
+    obs = gn_observation(scene, seed=3)
+    inputs = lm_eval_inputs(scene, obs, "cpu")
+    s = np.zeros(L.STATE_SIZE)
+    T = lm_pose()
+    s[L.TRIAL_T:L.TRIAL_T + 16] = T.reshape(16)
+    s[L.TRIAL_EXP:L.TRIAL_EXP + 2] = (np.log(GN_SETTINGS["gain"]), GN_SETTINGS["bias"])
+    s[L.PIVOT] = GN_SETTINGS["pivot_z"]
+    state = torch.from_numpy(s)
+    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+    got = rasterizer.GaussNewtonResult.unpack(state[L.TRIAL:].clone())
+    means_c = transform_points(torch.from_numpy(T).float(), inputs[0])
+    want = rasterizer.GaussNewtonResult.unpack(rasterizer.gauss_newton(
+        means_c, *inputs[1:7], *inputs[7:], **GN_SETTINGS, backend="cpu"))
+    assert_gn_close(got, want, rel=1e-5, rel_cost=1e-6, counts=1)
+    assert want.n_covered > 300
+    before = state.clone()
+    state[L.DONE] = 1.0                                     # a finished level: nothing is evaluated
+    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+    assert torch.equal(state[L.TRIAL:], before[L.TRIAL:])
+
+
+def test_levels_converge_from_a_perturbed_pose():
+    """BEGIN, evaluate, START, then PROPOSE / evaluate / ACCEPT: from 2 cm / 1 degree off, the pose
+    the observation was rendered at (GN_DELTA about the pivot) is found."""
+    scene = random_scene(1500, 96, 72, seed=11)
+    delta = (0.004, -0.006, 0.003, 0.01, -0.008, 0.012)
+    obs = gn_observation(scene, delta=delta, seed=11, noise=(0.01, 0.005), holes=0.05)
+    inputs = lm_eval_inputs(scene, obs, "cpu")
+    T_true = pivot_increment(np.array(delta), GN_SETTINGS["pivot_z"]) @ lm_pose()
+    state = L.new_state(lm_pose(), "cpu")
+    state[L.PIVOT] = GN_SETTINGS["pivot_z"]
+    st = settings(converged_step=1e-7)
+    L.lm_phase(state, L.BEGIN, st)
+    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+    L.lm_phase(state, L.START, st)
+    cost0 = float(state[L.CUR + L.COST])
+    for _ in range(15):
+        L.lm_phase(state, L.PROPOSE, st)
+        L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+        L.lm_phase(state, L.ACCEPT, st)
+    T = state[L.T:L.T + 16].numpy().reshape(4, 4)
+    assert float(state[L.CUR + L.COST]) < 0.5 * cost0
+    assert np.abs(T[:3, 3] - T_true[:3, 3]).max() < 2e-3          # 2 mm of 1-2 cm
+    assert state[L.PASSES] == 1 + state[L.TRIALS] and state[L.TRIALS] >= 3
