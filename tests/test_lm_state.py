@@ -123,3 +123,13 @@ def test_levels_converge_from_a_perturbed_pose():
     assert float(state[L.CUR + L.COST]) < 0.5 * cost0
     assert np.abs(T[:3, 3] - T_true[:3, 3]).max() < 2e-3          # 2 mm of 1-2 cm
     assert state[L.PASSES] == 1 + state[L.TRIALS] and state[L.TRIALS] >= 3
+
+
+def test_pivot_depth_is_the_median_of_valid_depth():
+    from slam.tracking.fused import pivot_depth
+    g = torch.Generator().manual_seed(0)
+    for holes in (0.0, 0.3, 0.999):
+        d = torch.rand(37, 51, generator=g) * 3 + 0.5
+        d[torch.rand(37, 51, generator=g) < holes] = 0
+        assert float(pivot_depth(d)) == float(d[d > 0].median())
+    assert float(pivot_depth(torch.zeros(4, 4))) == 1.0

@@ -113,4 +113,6 @@ def test_graph_replays_equal_the_eager_kernels():
         assert a.loss == pytest.approx(b.loss, rel=1e-5)
         if i == 6:
             assert graphed.graphs.captures == 2   # once per map size: after frames 1 and 5
-    assert graphed.redone == 1 and graphed.room[0] > 64
+    # a result computed with too little room is wrong, so the pairs of its redo can outgrow the
+    # room it suggested once more
+    assert 1 <= graphed.redone <= 2 and graphed.room[0] > 64
