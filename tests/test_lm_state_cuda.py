@@ -84,9 +84,9 @@ def _solvers():
 
 def _pyramid(scene, obs):
     from slam.observation import Observation
-    from slam.tracking import lm
+    from slam.tracking.tracker import Levels
     o = Observation(obs[0].cuda(), torch.where(obs[2], obs[1], torch.zeros_like(obs[1])).cuda(), scene["K"])
-    return lm.pyramid(o, 2)
+    return Levels(o, 2)
 
 
 def test_graph_replays_equal_the_eager_kernels():

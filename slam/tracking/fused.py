@@ -29,6 +29,7 @@ from rasterizer import lm_state as L
 from slam.config import QualityConfig, TrackingConfig
 from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
+from slam.observation import Observation
 from slam.tracking import lm
 from slam.tracking.quality import TrackQuality, conditioning
 from slam.tracking.result import TrackResult
@@ -78,24 +79,24 @@ class FusedSolver:
 
     # ------------------------------------------------------------------ public
     @torch.no_grad()
-    def optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> tuple[TrackResult, int]:
-        """LM over the pyramid (coarse to fine) from ``T_wc_init``. Returns the ``TrackResult``
-        (loss, known fraction and quality at the final pose of the finest level) and the number of
-        kernel passes run."""
-        if len(pyramid) > L.MAX_LEVELS:
-            raise ValueError(f"the fused solver takes at most {L.MAX_LEVELS} pyramid levels, got {len(pyramid)}")
+    def optimise(self, levels, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> tuple[TrackResult, int]:
+        """LM over the pyramid of ``levels`` (``slam.tracking.tracker.Levels``: the frame and its
+        pyramid, coarse to fine) from ``T_wc_init``. Returns the ``TrackResult`` (loss, known
+        fraction and quality at the final pose of the finest level) and the kernel passes run."""
+        if levels.count > L.MAX_LEVELS:
+            raise ValueError(f"the fused solver takes at most {L.MAX_LEVELS} pyramid levels, got {levels.count}")
         snapshot.wait()
-        schedule = tuple(lm.level_iters(iters, len(pyramid), self.cfg.coarse_share))
+        schedule = tuple(lm.level_iters(iters, levels.count, self.cfg.coarse_share))
         T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
         cuda = snapshot.device.type == "cuda"
         for _ in range(3):   # a frame whose pairs outgrew the room is redone (at most twice)
             if cuda and self.cfg.cuda_graph:
                 if self.graphs is None:
                     self.graphs = FrameGraphs(snapshot.device, self)
-                host = self.graphs.run(pyramid, snapshot, T_cw, schedule)
+                host = self.graphs.run(levels.obs, snapshot, T_cw, schedule)
             else:
-                host = self._run_eager(pyramid, snapshot, T_cw, schedule, stop_when_done=not cuda)
-            if not (cuda and self._grow_room(host, len(pyramid))):
+                host = self._run_eager(levels.pyramid(), snapshot, T_cw, schedule, stop_when_done=not cuda)
+            if not (cuda and self._grow_room(host, levels.count)):
                 break
             self.redone += 1
         return self._result(host, T_wc_init), int(host[L.PASSES])
@@ -199,17 +200,19 @@ def _padded(n: int) -> int:
 
 
 class FrameGraphs:
-    """A frame's LM work captured as CUDA graphs, one per iteration schedule, over static inputs:
-    the map padded to a slot count (padding spheres have NaN centres: culled), each pyramid level's
-    observation, and the LM state. A graph is re-captured when the map outgrows its slots, the
-    frame size or intrinsics change, or a level's pair room grows; the first CAPTURE_AFTER frames of
-    each are run without a graph (the capture's warm-up)."""
+    """A frame's work captured as CUDA graphs, one per iteration schedule, over static inputs: the
+    map padded to a slot count (padding spheres have NaN centres: culled), the frame at the
+    tracking resolution, and the LM state. Inside a graph: the frame's pyramid and valid masks
+    (``lm.pyramid``), the pivot depth and every level's LM work; outside, per frame: two image
+    copies, the start state, one graph launch and the state's read-back. A graph is re-captured
+    when the map outgrows its slots, the frame size or intrinsics change, or a level's pair room
+    grows; the first CAPTURE_AFTER frames of each are run without a graph (the capture's warm-up)."""
 
     def __init__(self, device: torch.device, solver: FusedSolver) -> None:
         self.device, self.solver = device, solver
         self.scene: Optional[Scene] = None
         self.scene_version: Optional[int] = None
-        self.obs: Optional[list] = None          # per level (Observation-like, valid) static copies
+        self.obs: Optional[Observation] = None   # static copy of the frame
         self.obs_key = None
         self.state = torch.zeros(L.STATE_SIZE, dtype=torch.float64, device=device)
         self.init = torch.zeros(L.STATE_SIZE, dtype=torch.float64).pin_memory()
@@ -219,32 +222,37 @@ class FrameGraphs:
         self.pool = None
         self.captures = 0
 
-    def run(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule) -> np.ndarray:
-        """This frame's LM through the graph for ``schedule`` (captured after a first eager run);
-        returns the final state on the host (the frame's one host wait)."""
+    def run(self, obs: Observation, snapshot: MapSnapshot, T_cw: np.ndarray, schedule) -> np.ndarray:
+        """This frame's LM through the graph for ``schedule`` (captured after CAPTURE_AFTER eager
+        runs); returns the final state on the host (the frame's one host wait)."""
         self._load_scene(snapshot)
-        self._load_obs(pyramid)
+        self._load_obs(obs)
         self.init.copy_(L.new_state(T_cw, "cpu"))
         self.state.copy_(self.init, non_blocking=True)
-        self.state[L.PIVOT:L.PIVOT + 1] = pivot_depth(self.obs[-1][0].depth)
         slots = self.scene.means.shape[0]
-        key = (schedule, tuple(self.solver.room_for(level, slots) for level in range(len(pyramid))))
+        key = (schedule, tuple(self.solver.room_for(level, slots) for level in range(len(schedule))))
         graph = self.graphs.get(key)
         if graph is not None:
             graph.replay()
             return self.readback(self.state)
-        self.solver.run_levels(self.scene, self.obs, self.state, schedule, stop_when_done=False)
+        self._frame(schedule)
         host = self.readback(self.state)
         self.uses[key] = self.uses.get(key, 0) + 1
         if not host[L.OVERFLOW] and self.uses[key] >= CAPTURE_AFTER:
             self._capture(key, schedule)
         return host
 
+    def _frame(self, schedule) -> None:
+        """The captured work: pyramid, pivot, LM (the start state is already in place)."""
+        self.state[L.PIVOT:L.PIVOT + 1] = pivot_depth(self.obs.depth)
+        pyramid = lm.pyramid(self.obs, len(schedule))
+        self.solver.run_levels(self.scene, pyramid, self.state, schedule, stop_when_done=False)
+
     def _capture(self, key, schedule) -> None:
         graph = torch.cuda.CUDAGraph()
         # thread_local: the mapper thread keeps allocating and launching while the tracker captures
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            self.solver.run_levels(self.scene, self.obs, self.state, schedule, stop_when_done=False)
+            self._frame(schedule)
         self.pool = graph.pool()
         self.graphs[key] = graph
         self.captures += 1
@@ -275,22 +283,11 @@ class FrameGraphs:
         sc.opacities[n:] = 0.0
         self.scene_version = snap.version
 
-    def _load_obs(self, pyramid) -> None:
-        key = tuple((o.width, o.height, tuple(o.K.flatten().tolist())) for o, _ in pyramid)
+    def _load_obs(self, obs: Observation) -> None:
+        key = (obs.width, obs.height, tuple(obs.K.flatten().tolist()))
         if key != self.obs_key:
-            self.obs = [(_StaticObs(o, self.device), torch.empty_like(v)) for o, v in pyramid]
+            self.obs = Observation(torch.empty_like(obs.color), torch.empty_like(obs.depth), obs.K.clone())
             self.obs_key = key
             self._reset()
-        for (dst, dst_valid), (o, v) in zip(self.obs, pyramid):
-            dst.color.copy_(o.color)
-            dst.depth.copy_(o.depth)
-            dst_valid.copy_(v)
-
-
-class _StaticObs:
-    """Static copies of one pyramid level's observation (what the LM reads of it)."""
-
-    def __init__(self, o, device) -> None:
-        self.K, self.width, self.height = o.K, o.width, o.height
-        self.color = torch.empty_like(o.color, device=device)
-        self.depth = torch.empty_like(o.depth, device=device)
+        self.obs.color.copy_(obs.color)
+        self.obs.depth.copy_(obs.depth)

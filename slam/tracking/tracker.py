@@ -49,6 +49,22 @@ LOSS_HISTORY = 30
 MIN_LOSS_HISTORY = 5
 
 
+class Levels:
+    """The frame being tracked (``obs``, the finest level) and its coarse-to-fine pyramid
+    (``lm.pyramid``), built on first use and then shared by the frame's LM runs. The fused solver's
+    CUDA graph builds its own pyramid inside the graph from ``obs``."""
+
+    def __init__(self, obs: Observation, levels: int) -> None:
+        self.obs, self.count = obs, levels
+        self._pyramid: Optional[list] = None
+
+    def pyramid(self) -> list:
+        """[(Observation, (H, W) bool valid mask)] coarse to fine."""
+        if self._pyramid is None:
+            self._pyramid = lm.pyramid(self.obs, self.count)
+        return self._pyramid
+
+
 class Tracker:
     """Estimates each frame's pose; keeps the pose history for the motion model."""
 
@@ -94,7 +110,7 @@ class Tracker:
         extra starting poses T_wc (4, 4); every start is then refined with ``recovery_iters`` and
         the result the quality test likes best is kept."""
         self._renders = 0
-        levels = lm.pyramid(obs, self.cfg.pyramid_levels)
+        levels = Levels(obs, self.cfg.pyramid_levels)
         prior = self.guess()
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
         result = self._optimise(levels, snapshot, prior, iters)
@@ -149,13 +165,13 @@ class Tracker:
             k = self._huber[device] = lm.huber_thresholds(c.huber_color, c.huber_depth, c.depth_weight, device)
         return k
 
-    def _optimise(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
+    def _optimise(self, levels: "Levels", snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
         """LM from ``T_wc_init`` with the configured solver (``tracking.solver``)."""
         if self._fused is not None:
-            result, passes = self._fused.optimise(pyramid, snapshot, T_wc_init, iters)
+            result, passes = self._fused.optimise(levels, snapshot, T_wc_init, iters)
             self._renders += passes
             return result
-        return self._optimise_renders(pyramid, snapshot, T_wc_init, iters)
+        return self._optimise_renders(levels.pyramid(), snapshot, T_wc_init, iters)
 
     @torch.no_grad()
     def _optimise_renders(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
