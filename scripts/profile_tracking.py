@@ -110,26 +110,13 @@ def kernel_class(name: str) -> str:
 
 
 def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: bool) -> dict:
-    """Per tracked frame: wall ms (without the profiler), host ms (operators' own CPU time), GPU ms
-    (kernel time) by kernel class and in all, the GPU operations run (``launches``: kernels, memsets,
-    copies, also inside a CUDA graph) and the host calls that queued them (``host_launches``)."""
-    from slam.runtime.profiling import HOST_LAUNCH_CALLS
-    host_us, gpu_us, launches, host_launches = 0.0, {}, 0, 0
-    for e in prof.key_averages():
-        host_us += e.self_cpu_time_total
-        if e.key in HOST_LAUNCH_CALLS:
-            host_launches += e.count
-        dev = getattr(e, "self_device_time_total", None)
-        if dev is None:
-            dev = getattr(e, "self_cuda_time_total", 0.0)
-        if cuda and getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type) and dev > 0:
-            cls = kernel_class(e.key)
-            gpu_us[cls] = gpu_us.get(cls, 0.0) + dev
-            launches += e.count
-    return {"frames": frames, "wall_ms": wall_ms, "renders": renders, "host_ms": host_us / 1e3 / frames,
-            "gpu_ms": sum(gpu_us.values()) / 1e3 / frames,
-            "gpu_ms_by_class": {k: v / 1e3 / frames for k, v in sorted(gpu_us.items())},
-            "launches": launches / frames, "host_launches": host_launches / frames}
+    """Per tracked frame: wall ms (without the profiler), renders, and ``slam.runtime.profiling
+    .summarise``'s figures (host ms without the waits for the GPU, the waits, GPU ms by kernel
+    class and in all, GPU operations and the host calls that queued them)."""
+    from slam.runtime.profiling import summarise
+    out = summarise(prof, frames, kernel_class if cuda else None)
+    out.update(wall_ms=wall_ms, renders=renders)
+    return out
 
 
 def machine_name(device) -> str:

@@ -42,11 +42,12 @@ class RasterConfig:
 
 @dataclass
 class TrackingConfig:
-    solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass gives the exact
-                                    # normal equations (rasterizer.gauss_newton: 2.3-2.6x faster
-                                    # tracking on the H200) but, H200 7-Scenes, 2.62-2.65 vs
-                                    # 2.47-2.51 cm ATE, and worse as frames get farther apart
-                                    # (stride 2: 3.00 vs 2.58 cm): not yet the default; renders:
+    solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass per LM
+                                    # evaluation gives the exact normal equations, the LM state
+                                    # stays on the device (one host wait per frame; CUDA graphs):
+                                    # H200 7-Scenes 105-117 vs 14-20 FPS tracking, but 2.65-2.71
+                                    # vs 2.55-2.59 cm ATE (docs/benchmarks.md, ninth session), so
+                                    # the Jetson configs use it and the desktop default is renders:
                                     # image-gradient / finite-difference Jacobians over renders
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
                                     # captured CUDA graph (rasterizer/lm_state.py; no host wait

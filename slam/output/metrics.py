@@ -126,6 +126,8 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             "host_ms": float(np.nanmean([f.host_ms for f in frames])) if frames else None,
             **({"gpu_ms": result.tracking_profile["gpu_ms"], "launches": result.tracking_profile["launches"],
                 "host_launches": result.tracking_profile["host_launches"],
+                "host_waits": result.tracking_profile["host_waits"],
+                "profiled_host_wait_ms": result.tracking_profile["host_wait_ms"],
                 "profiled_replays": result.tracking_profile["frames"],
                 "profiled_host_ms": result.tracking_profile["host_ms"]} if result.tracking_profile else {}),
         },

@@ -6,7 +6,7 @@ third of its frame rate): the last tracked frame is tracked again ``system.profi
 by a fresh tracker started from the frame before, against the final map."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -20,23 +20,47 @@ from slam.tracking.tracker import Tracker
 # graph launch puts a whole captured frame there with one call.
 HOST_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                      "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+# Host calls that wait for the GPU: their time is waiting, not host work. A copy to pageable host
+# memory waits too (inside the copy call, which cannot be split): counted as a wait, its time
+# stays in host_ms.
+HOST_WAIT_CALLS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+PAGEABLE_READ = "Memcpy DtoH (Device -> Pageable)"
 
 
-def summarise(prof, frames: int) -> dict:
-    """Per frame: host ms (operators' own CPU time), GPU ms (kernel time), ``launches`` (the GPU
-    operations run: kernels, memsets and copies, also those of a CUDA graph) and
-    ``host_launches`` (the host calls that queued them: launches, copies, memsets, graph launches)."""
-    host_us = gpu_us = 0.0
-    launches = host_launches = 0
+def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = None) -> dict:
+    """Per frame, from a ``torch.profiler`` run over ``frames`` tracked frames: ``host_ms`` (the
+    operators' and CUDA calls' own CPU time, without the explicit waits for the GPU),
+    ``host_wait_ms`` (those waits), ``host_waits`` (how often the host waited: synchronise calls
+    and reads into pageable memory), ``gpu_ms`` (kernel, memset and copy time), ``launches`` (the
+    GPU operations run, also those of a CUDA graph), ``host_launches`` (the host calls that queued
+    them: launches, copies, memsets, graph launches); with ``kernel_class`` (name -> class) also
+    ``gpu_ms_by_class``."""
+    host_us = wait_us = gpu_us = 0.0
+    launches = host_launches = waits = 0
+    by_class: dict = {}
     for e in prof.key_averages():
-        host_us += e.self_cpu_time_total
         if "CUDA" in str(getattr(e, "device_type", "")):
-            gpu_us += getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+            dev = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+            gpu_us += dev
             launches += e.count
-        elif e.key in HOST_LAUNCH_CALLS:
+            waits += e.count if e.key == PAGEABLE_READ else 0
+            if kernel_class is not None and dev > 0:
+                cls = kernel_class(e.key)
+                by_class[cls] = by_class.get(cls, 0.0) + dev
+            continue
+        if e.key in HOST_WAIT_CALLS:
+            wait_us += e.self_cpu_time_total
+            waits += e.count
+            continue
+        host_us += e.self_cpu_time_total
+        if e.key in HOST_LAUNCH_CALLS:
             host_launches += e.count
-    return {"frames": frames, "host_ms": host_us / 1e3 / frames, "gpu_ms": gpu_us / 1e3 / frames,
-            "launches": launches / frames, "host_launches": host_launches / frames}
+    out = {"frames": frames, "host_ms": host_us / 1e3 / frames, "host_wait_ms": wait_us / 1e3 / frames,
+           "host_waits": waits / frames, "gpu_ms": gpu_us / 1e3 / frames, "launches": launches / frames,
+           "host_launches": host_launches / frames}
+    if kernel_class is not None:
+        out["gpu_ms_by_class"] = {k: v / 1e3 / frames for k, v in sorted(by_class.items())}
+    return out
 
 
 @torch.no_grad()

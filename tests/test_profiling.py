@@ -1,0 +1,59 @@
+"""The tracking-cost figures: the profiler summary (slam.runtime.profiling) and the Jetson
+projection's choice of overlap or serial frame time (scripts/jetson_projection.py)."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from slam.runtime import profiling
+
+
+def _projection():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "jetson_projection.py"
+    spec = importlib.util.spec_from_file_location("jetson_projection", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _event(key, cpu_us=0.0, dev_us=0.0, count=1, cuda=False):
+    return SimpleNamespace(key=key, self_cpu_time_total=cpu_us, self_device_time_total=dev_us, count=count,
+                           device_type="DeviceType.CUDA" if cuda else "DeviceType.CPU")
+
+
+def test_summary_separates_waits_launches_and_gpu_work():
+    events = [_event("aten::add", 300.0), _event("cudaLaunchKernel", 100.0, count=4),
+              _event("cudaGraphLaunch", 50.0), _event("cudaEventSynchronize", 2000.0),
+              _event("gn_tile_kernel", dev_us=1500.0, count=10, cuda=True),
+              _event("Memcpy DtoH (Device -> Pageable)", dev_us=10.0, count=2, cuda=True)]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    s = profiling.summarise(prof, 2, kernel_class=lambda name: "raster" if "gn_" in name else "copy")
+    assert s["host_ms"] == pytest.approx(0.225)         # 450 us of own work over 2 frames, waits left out
+    assert s["host_wait_ms"] == pytest.approx(1.0)
+    assert s["host_waits"] == pytest.approx(1.5)        # one synchronise + two pageable reads, over 2 frames
+    assert s["host_launches"] == pytest.approx(2.5) and s["launches"] == pytest.approx(6.0)
+    assert s["gpu_ms_by_class"] == pytest.approx({"copy": 0.005, "raster": 0.75})
+
+
+def test_summary_of_a_real_cpu_profile():
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            torch.ones(100).add_(1).sum()
+    s = profiling.summarise(prof, 3)
+    assert s["host_ms"] > 0 and s["gpu_ms"] == 0 and s["launches"] == 0 and s["host_waits"] == 0
+
+
+def test_projection_overlaps_host_and_gpu_only_with_one_wait_per_frame():
+    proj = _projection()
+    prof = dict(host_ms=2.0, gpu_ms_by_class={"raster": 1.0, "sort": 0.5}, host_waits=1.13)
+    ref, agx = proj.MACHINES["h200"], proj.MACHINES["orin_agx"]
+    one = proj.project(prof, ref, agx)
+    assert one["overlap"] and one["fps"] == pytest.approx(1e3 / max(one["host_ms"], one["gpu_ms"]))
+    many = proj.project(dict(prof, host_waits=24.0), ref, agx)
+    unknown = proj.project({k: v for k, v in prof.items() if k != "host_waits"}, ref, agx)
+    for p in (many, unknown):
+        assert not p["overlap"] and p["fps"] == pytest.approx(1e3 / (p["host_ms"] + p["gpu_ms"]))
