@@ -47,8 +47,6 @@ with more room. The CPU pass bins exactly (capacity unused, nothing recorded).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -56,7 +54,7 @@ from . import _ext
 from ._inputs import zeros3
 from .functions import _camera
 from .gauss_newton import _settings, _validate, f32
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, apply_increment
 
 __all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
            "lm_phase_reference", "BEGIN", "START", "PROPOSE", "ACCEPT"]
@@ -124,19 +122,16 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
         int(level), int(capacity))
 
 
-def _pivot_increment(x: np.ndarray, z: float) -> np.ndarray:
-    th2 = float(x[:3] @ x[:3])
-    if th2 < 1e-16:
-        a, b = 1.0 - th2 / 6.0, 0.5 - th2 / 24.0
-    else:
-        th = math.sqrt(th2)
-        a, b = math.sin(th) / th, (1.0 - math.cos(th)) / th2
-    W = np.array([[0.0, -x[2], x[1]], [x[2], 0.0, -x[0]], [-x[1], x[0], 0.0]])
-    M = np.eye(4)
-    M[:3, :3] = np.eye(3) + a * W + b * (W @ W)
-    p = np.array([0.0, 0.0, z])
-    M[:3, 3] = p - M[:3, :3] @ p + x[3:6]
-    return M
+def _apply_pivot_increment(x: np.ndarray, z: float, T_cw: np.ndarray) -> np.ndarray:
+    """pivot_increment(x[:6], z) @ T_cw (4, 4) through ``gn_reference.apply_increment`` (the
+    oracle's one definition of the increment): it is affine in the points, so it moves T's rotation
+    columns as the difference of two moved points and its translation as a point."""
+    pts = torch.from_numpy(np.concatenate([T_cw[:3, :3].T, T_cw[None, :3, 3], np.zeros((1, 3))]))
+    moved = apply_increment(pts, torch.from_numpy(np.asarray(x[:6], dtype=np.float64)), float(z)).numpy()
+    out = np.eye(4)
+    out[:3, :3] = (moved[:3] - moved[4]).T
+    out[:3, 3] = moved[3]
+    return out
 
 
 def lm_phase_reference(state: np.ndarray, phase: int, settings: list) -> None:
@@ -168,7 +163,7 @@ def lm_phase_reference(state: np.ndarray, phase: int, settings: list) -> None:
         x[:n] = -np.linalg.solve(A, cur[G:G + n])
         s[STEP_MAX] = np.abs(x[:6]).max()
         T_cw = s[T:T + 16].reshape(4, 4)
-        s[TRIAL_T:TRIAL_T + 16] = (_pivot_increment(x, s[PIVOT]) @ T_cw).reshape(16)
+        s[TRIAL_T:TRIAL_T + 16] = _apply_pivot_increment(x, s[PIVOT], T_cw).reshape(16)
         s[TRIAL_EXP:TRIAL_EXP + 2] = s[EXP:EXP + 2] + (x[6:8] if exposure else 0.0)
     elif phase == ACCEPT:
         s[TRIALS] += 1.0

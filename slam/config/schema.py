@@ -258,8 +258,9 @@ class SystemConfig:
     seed: int = 0
     progress: bool = True
     profile_frames: int = 0         # CUDA: after the run, track the last frame again this many
-                                    # times under torch.profiler for the GPU ms / kernel launches
-                                    # per frame in metrics.json (e.g. 5); 0 = off: loading the
+                                    # times under torch.profiler for metrics.json's per-frame GPU
+                                    # ms, GPU operations, host launch calls, host ms without and
+                                    # with the waits for the GPU (e.g. 5); 0 = off: loading the
                                     # profiler (CUPTI and the libraries it pulls in) set the
                                     # run's peak RSS on the H200 (docs/benchmarks.md)
 

@@ -36,13 +36,15 @@ from slam.tracking.result import TrackResult
 
 # Room for (tile, sphere) pairs per evaluation on CUDA (capped binning: no host wait for the
 # count). First guess per level, then raised to PAIR_ROOM_MARGIN x the most seen when a frame fills
-# more than PAIR_ROOM_FILL of it; an evaluation with
-# more pairs than room is detected after the frame and the frame redone with more. Not tuning
-# values: results do not depend on them, only the sort's size and how often a frame is redone.
+# more than PAIR_ROOM_FILL of it; an evaluation with more pairs than room is detected after the
+# frame and the frame redone with more (at most MAX_REDOS times, then it is an error: never a wrong
+# pose reported as tracked). Not tuning values: results do not depend on them, only the sort's
+# size and how often a frame is redone.
 PAIR_ROOM_PER_SPHERE = 4
 PAIR_ROOM_MIN = 1 << 16
 PAIR_ROOM_MARGIN = 1.5
 PAIR_ROOM_FILL = 0.8
+MAX_REDOS = 3
 # A schedule's graph is captured the second time it runs: one-off solvers (loop verification,
 # relocalisation) never pay for a capture.
 CAPTURE_AFTER = 2
@@ -89,7 +91,7 @@ class FusedSolver:
         schedule = tuple(lm.level_iters(iters, levels.count, self.cfg.coarse_share))
         T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
         cuda = snapshot.device.type == "cuda"
-        for _ in range(3):   # a frame whose pairs outgrew the room is redone (at most twice)
+        for _ in range(MAX_REDOS + 1):   # a frame whose pairs outgrew the room is redone
             if cuda and self.cfg.cuda_graph:
                 if self.graphs is None:
                     self.graphs = FrameGraphs(snapshot.device, self)
@@ -97,9 +99,10 @@ class FusedSolver:
             else:
                 host = self._run_eager(levels.pyramid(), snapshot, T_cw, schedule, stop_when_done=not cuda)
             if not (cuda and self._grow_room(host, levels.count)):
-                break
+                return self._result(host, T_wc_init), int(host[L.PASSES])
             self.redone += 1
-        return self._result(host, T_wc_init), int(host[L.PASSES])
+        raise RuntimeError(f"fused solver: the (tile, sphere) pairs outgrew their room {MAX_REDOS + 1} times in a "
+                           f"row (room per level {self.room}, most seen {host[L.MAX_PAIRS:L.MAX_PAIRS + levels.count]})")
 
     # ------------------------------------------------------------------ internals
     def room_for(self, level: int, n_spheres: int) -> int:
