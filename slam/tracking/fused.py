@@ -45,8 +45,9 @@ PAIR_ROOM_MIN = 1 << 16
 PAIR_ROOM_MARGIN = 1.5
 PAIR_ROOM_FILL = 0.8
 MAX_REDOS = 3
-# A schedule's graph is captured the second time it runs: one-off solvers (loop verification,
-# relocalisation) never pay for a capture.
+# A schedule's graph is captured the second time it runs, so a schedule run once (a recovery)
+# never pays for a capture; one-off trackers (loop verification, relocalisation) run without
+# graphs (tracking.cuda_graph false in their configs).
 CAPTURE_AFTER = 2
 
 
