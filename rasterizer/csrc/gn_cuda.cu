@@ -68,11 +68,7 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   __shared__ float s_z[kBlock];
   __shared__ sr::PoseJac s_jac[DERIV ? kBlock : 1];
   __shared__ float s_red[kWarps][kPad];
-  if (lm != nullptr) {  // an LM state: its trial exposure; nothing to do once the level is done
-    if (lm[sr::kLmDone] != 0.0) return;
-    st.gain = (float)exp(lm[sr::kLmTrialExp]);
-    st.bias = (float)lm[sr::kLmTrialExp + 1];
-  }
+  if (lm != nullptr && lm[sr::kLmDone] != 0.0) return;  // an LM state whose level is done
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -110,6 +106,10 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   float v[kPad];
   if (inside) {
     const int p = pix.py * cam.width + pix.px;
+    if (lm != nullptr) {  // the LM state's trial exposure, read only here (no registers held)
+      st.gain = (float)exp(lm[sr::kLmTrialExp]);
+      st.bias = (float)lm[sr::kLmTrialExp + 1];
+    }
     sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
                                obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
                                obs_depth[p], v);
