@@ -146,32 +146,23 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
 
 // The device LM's evaluation (gn_cuda.cu gauss_newton_lm_cuda; rasterizer/lm_state.py): the pass
 // with derivatives at the state's trial pose and exposure, pivot from the state, into its trial
-// slot; nothing once the level is done. The CPU binning is exact: capacity is checked, not used,
-// and the pair count is not recorded.
+// slot; nothing once the level is done. The CPU binning is exact: capacity is checked as on CUDA,
+// not used, and the pair count is not recorded.
 void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
                          const at::Tensor& opacities, const at::Tensor& background,
                          const at::Tensor& obs_color, const at::Tensor& obs_depth,
                          const at::Tensor& valid, double fx, double fy, double cx, double cy,
                          int64_t width, int64_t height, const std::vector<double>& settings,
                          at::Tensor state, int64_t level, int64_t capacity) {
-  sr::check_lm_state(state, means, /*cuda=*/false);
-  TORCH_CHECK(level >= 0 && level < sr::kLmMaxLevels, "level must be in [0, ", sr::kLmMaxLevels,
-              "), got ", level);
-  TORCH_CHECK(capacity > 0, "capacity must be > 0, got ", capacity);
+  sr::check_lm_evaluation(state, means, level, capacity, /*cuda=*/false);
   sr::check_input(means, "means", /*cuda=*/false, 3);
   double* lm = state.data_ptr<double>();
   if (lm[sr::kLmDone] != 0.0) return;
-  const double* T = lm + sr::kLmTrialT;
   const int64_t n = means.size(0);
   at::Tensor cam_means = at::empty_like(means);
   const float* w = means.data_ptr<float>();
   float* c = cam_means.data_ptr<float>();
-  float R[12];
-  for (int k = 0; k < 12; ++k) R[k] = (float)T[k];
-  for (int64_t i = 0; i < n; ++i)  // float32, in the order of slam.geometry.transform_points
-    for (int r = 0; r < 3; ++r)
-      c[3 * i + r] = ((R[4 * r] * w[3 * i] + R[4 * r + 1] * w[3 * i + 1]) +
-                      R[4 * r + 2] * w[3 * i + 2]) + R[4 * r + 3];
+  for (int64_t i = 0; i < n; ++i) sr::lm_trial_to_camera(lm, w + 3 * i, c + 3 * i);
   std::vector<double> st(settings);
   TORCH_CHECK((int)st.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings, " values");
   st[0] = std::exp(lm[sr::kLmTrialExp]);

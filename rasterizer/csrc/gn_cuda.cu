@@ -174,20 +174,13 @@ void run_gauss_newton(const at::Tensor& means, const at::Tensor& radii, const at
   SR_CHECK_CUDA();
 }
 
-// World-to-camera transform of the means at the LM state's trial pose (float32 arithmetic, as
-// slam.geometry.transform_points). Nothing once the level is done.
+// World-to-camera transform of the means at the LM state's trial pose (sr::lm_trial_to_camera).
+// Nothing once the level is done.
 __global__ void trial_to_camera_kernel(int n, const float* __restrict__ world,
                                        const double* __restrict__ lm, float* __restrict__ cam) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n || lm[sr::kLmDone] != 0.0) return;
-  const double* T = lm + sr::kLmTrialT;
-  const float x = world[3 * i], y = world[3 * i + 1], z = world[3 * i + 2];
-#pragma unroll
-  for (int r = 0; r < 3; ++r)
-    cam[3 * i + r] = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn((float)T[4 * r], x),
-                                                   __fmul_rn((float)T[4 * r + 1], y)),
-                                         __fmul_rn((float)T[4 * r + 2], z)),
-                               (float)T[4 * r + 3]);
+  sr::lm_trial_to_camera(lm, world + 3 * (size_t)i, cam + 3 * (size_t)i);
 }
 
 __global__ void lm_phase_kernel(double* lm, int phase, sr::LmSettings c) {
@@ -230,11 +223,7 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
   const sr::GnSettings st =
       sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
                                   obs_depth, valid, width, height, settings, /*cuda=*/true);
-  sr::check_lm_state(state, means, /*cuda=*/true);
-  TORCH_CHECK(level >= 0 && level < sr::kLmMaxLevels, "level must be in [0, ", sr::kLmMaxLevels,
-              "), got ", level);
-  TORCH_CHECK(capacity > 0 && capacity < (1ll << 31), "capacity must be in [1, 2^31), got ",
-              capacity);
+  sr::check_lm_evaluation(state, means, level, capacity, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);

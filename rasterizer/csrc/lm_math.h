@@ -121,6 +121,17 @@ SR_HD void lm_apply_increment(const double* d, double z, const double* T, double
     }
 }
 
+// Camera-frame coordinates (3 floats into c) of the world point w (3 floats) at the state's trial
+// pose, in float32 with every product rounded on its own, in the order of
+// slam.geometry.transform_points: ((R0 x + R1 y) + R2 z) + t. The CPU op and the CUDA kernel both
+// use it, so they transform bit for bit alike.
+SR_HD void lm_trial_to_camera(const double* lm, const float* w, float* c) {
+  const double* T = lm + kLmTrialT;
+  for (int r = 0; r < 3; ++r)
+    c[r] = ((mul_rn((float)T[4 * r], w[0]) + mul_rn((float)T[4 * r + 1], w[1])) +
+            mul_rn((float)T[4 * r + 2], w[2])) + (float)T[4 * r + 3];
+}
+
 SR_HD void lm_copy(const double* src, double* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = src[i];
 }

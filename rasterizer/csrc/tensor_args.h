@@ -104,6 +104,17 @@ inline void check_lm_state(const at::Tensor& state, const at::Tensor& like, bool
               like.device());
 }
 
+// The device LM's evaluation arguments beyond the pass's own: the state, the pyramid level whose
+// pair count it records, and the room for pairs (capped binning: below 2^31).
+inline void check_lm_evaluation(const at::Tensor& state, const at::Tensor& means, int64_t level,
+                                int64_t capacity, bool cuda) {
+  check_lm_state(state, means, cuda);
+  TORCH_CHECK(level >= 0 && level < kLmMaxLevels, "level must be in [0, ", kLmMaxLevels, "), got ",
+              level);
+  TORCH_CHECK(capacity > 0 && capacity < (1ll << 31), "capacity must be in [1, 2^31), got ",
+              capacity);
+}
+
 // An LM phase (lm_math.h LmPhase) and its kLmSettings settings.
 inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& settings) {
   TORCH_CHECK(phase >= kLmBegin && phase <= kLmAccept, "unknown LM phase ", phase);

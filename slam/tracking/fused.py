@@ -106,6 +106,12 @@ class FusedSolver:
                            f"row (room per level {self.room}, most seen {host[L.MAX_PAIRS:L.MAX_PAIRS + levels.count]})")
 
     # ------------------------------------------------------------------ internals
+    def read_back(self, state: torch.Tensor) -> np.ndarray:
+        """The frame's one host wait: ``state`` on the host (``HostCopy``, made on first use)."""
+        if self.readback is None:
+            self.readback = HostCopy(state.device)
+        return self.readback(state)
+
     def room_for(self, level: int, n_spheres: int) -> int:
         return self.room.setdefault(level, max(PAIR_ROOM_MIN, PAIR_ROOM_PER_SPHERE * n_spheres))
 
@@ -142,9 +148,7 @@ class FusedSolver:
         state[L.PIVOT:L.PIVOT + 1] = pivot_depth(pyramid[-1][0].depth)
         scene = Scene(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities)
         self.run_levels(scene, pyramid, state, schedule, stop_when_done)
-        if self.readback is None:
-            self.readback = HostCopy(snapshot.device)
-        return self.readback(state)
+        return self.read_back(state)
 
     def _result(self, host: np.ndarray, T_wc_init: np.ndarray) -> TrackResult:
         trials = int(host[L.TRIALS])
@@ -220,7 +224,6 @@ class FrameGraphs:
         self.obs_key = None
         self.state = torch.zeros(L.STATE_SIZE, dtype=torch.float64, device=device)
         self.init = torch.zeros(L.STATE_SIZE, dtype=torch.float64).pin_memory()
-        self.readback = HostCopy(device)
         self.graphs: dict = {}
         self.uses: dict = {}                     # key -> frames run without a graph
         self.pool = None
@@ -238,9 +241,9 @@ class FrameGraphs:
         graph = self.graphs.get(key)
         if graph is not None:
             graph.replay()
-            return self.readback(self.state)
+            return self.solver.read_back(self.state)
         self._frame(schedule)
-        host = self.readback(self.state)
+        host = self.solver.read_back(self.state)
         self.uses[key] = self.uses.get(key, 0) + 1
         if not host[L.OVERFLOW] and self.uses[key] >= CAPTURE_AFTER:
             self._capture(key, schedule)
