@@ -1,4 +1,4 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu (also the device LM), normal_eq_cuda.cu, adam_cuda.cu). The same interface as the CPU
+// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu (also the device LM), normal_eq_cuda.cu, adam_cuda.cu, frame_cuda.cu). The same interface as the CPU
 // module (raster_cpu.cpp, gn_cpu.cpp): the same arguments and results, described in
 // rasterizer/functions.py and rasterizer/gauss_newton.py.
 #include <torch/extension.h>
@@ -43,6 +43,9 @@ void adam_rows_cuda(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq
                     const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
                     double eps);
 
+std::vector<at::Tensor> downsample_cuda(const at::Tensor& color, const at::Tensor& depth,
+                                        int64_t factor);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CUDA kernels";
   m.def("forward", &forward_cuda, "tiled forward (CUDA)");
@@ -52,4 +55,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lm_phase", &lm_phase_cuda, "device-LM bookkeeping phase (CUDA)");
   m.def("robust_normal_equations", &robust_normal_equations_cuda, "robust normal equations (CUDA)");
   m.def("adam_rows", &adam_rows_cuda, "packed-row Adam update (CUDA)");
+  m.def("downsample", &downsample_cuda, "image downsampling: mean colour, median valid depth (CUDA)");
 }

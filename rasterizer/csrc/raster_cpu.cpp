@@ -342,4 +342,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lm_phase", &lm_phase_cpu, "device-LM bookkeeping phase (CPU)");
   m.def("robust_normal_equations", &robust_normal_equations_cpu, "robust normal equations (CPU)");
   m.def("adam_rows", &adam_rows_cpu, "packed-row Adam update (CPU)");
+  m.def("downsample", &downsample_cpu, "image downsampling: mean colour, median valid depth (CPU)");
 }

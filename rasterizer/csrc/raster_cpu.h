@@ -102,3 +102,7 @@ void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const
 void adam_rows_cpu(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
                    const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
                    double eps);
+
+// frame_cpu.cpp: (H, W, 3) colour and (H, W) depth downsampled by `factor` (rasterizer/frame.py).
+std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor& depth,
+                                       int64_t factor);

@@ -1,5 +1,5 @@
 // Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, normal_eq_cpu.cpp,
-// adam_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
+// adam_cpu.cpp, frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu, frame_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
 // Host only (ATen): the CUDA modules include it in host code of their .cu files.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adam_math.h"
+#include "frame_math.h"
 #include "gn_math.h"
 #include "lm_math.h"
 #include "normal_eq_math.h"
@@ -162,6 +163,20 @@ inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
               "exp_avg, exp_avg_sq and grad must have params' rows");
   TORCH_CHECK(steps.dim() == 1 && steps.size(0) == n, "steps must be (N,)");
   TORCH_CHECK(lr.dim() == 1 && lr.size(0) == kAdamCols, "lr must have one entry per column");
+}
+
+// A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the module's
+// device; 1 <= factor <= kMaxDownsample.
+inline void check_images(const at::Tensor& color, const at::Tensor& depth, int64_t factor,
+                         bool cuda) {
+  check_input(color, "color", cuda);
+  check_input(depth, "depth", cuda);
+  TORCH_CHECK(depth.dim() == 2, "depth must be (H, W)");
+  TORCH_CHECK(color.dim() == 3 && color.size(0) == depth.size(0) &&
+                  color.size(1) == depth.size(1) && color.size(2) == 3,
+              "color must be (H, W, 3) with depth's H and W");
+  TORCH_CHECK(factor >= 1 && factor <= kMaxDownsample, "factor must be in [1, ", kMaxDownsample,
+              "], got ", factor);
 }
 
 }  // namespace sr

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from slam.config import MappingConfig
-from slam.data.preprocess import downscale_color, downscale_depth, scale_K
+from slam.data.preprocess import scale_K
 from slam.geometry import invert, relative_motion
 from slam.observation import Observation, depth_edge_mask
 
@@ -43,12 +43,21 @@ class Keyframe:
 
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1, kf_id: int = -1) -> "Keyframe":
-        """Compact copy of ``frame`` at 1/``downscale`` resolution (colour area-averaged, depth
-        the median of each block's valid pixels, as the loaders downscale)."""
-        color = downscale_color(frame.color, downscale)
-        depth = downscale_depth(frame.depth, downscale)
-        return Keyframe(frame.index, frame.timestamp, T_wc.copy(), np.ascontiguousarray(color),
-                        np.ascontiguousarray(depth).astype(np.float16), scale_K(frame.K, downscale), kf_id)
+        """Compact copy of ``frame`` (uint8 colour, float depth in metres: numpy) at 1/``downscale``
+        resolution (``Observation.downsampled``: colour area-averaged, depth the median of each
+        block's valid pixels, as the loaders downscale)."""
+        obs = Observation.from_numpy(frame.color, frame.depth, frame.K, torch.device("cpu"))
+        return Keyframe.from_observation(frame, obs.downsampled(downscale), T_wc, downscale, kf_id)
+
+    @staticmethod
+    def from_observation(frame, obs: Observation, T_wc: np.ndarray, downscale: int, kf_id: int = -1) -> "Keyframe":
+        """Compact copy of ``obs``, ``frame`` at 1/``downscale`` resolution already on a device (the
+        tracking thread's frame, when keyframes are stored at the tracking resolution: no second
+        downscale on the host). Colour is rounded to uint8, depth to float16; one copy to the host."""
+        color = (obs.color * 255.0).round_().to(torch.uint8).cpu().numpy()
+        depth = obs.depth.to(torch.float16).cpu().numpy()
+        return Keyframe(frame.index, frame.timestamp, T_wc.copy(), color, depth,
+                        scale_K(np.asarray(frame.K, dtype=np.float64), downscale), kf_id)
 
     def nbytes(self) -> int:
         return self.color.nbytes + self.depth.nbytes

@@ -147,10 +147,17 @@ class SlamSystem:
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
-        kf = Keyframe.from_frame(frame, res.T_wc, self._keyframe_downscale, kf_id) if is_kf else None
+        kf = self._keyframe(frame, obs, res.T_wc, kf_id) if is_kf else None
         if kf is not None:
             kf.map_loops = len(snap.loop_edges) if snap is not None else 0
         return rec, kf
+
+    def _keyframe(self, frame: Frame, obs: Observation, T_wc: np.ndarray, kf_id: int) -> Keyframe:
+        """The keyframe of ``frame``: from the tracking resolution's ``obs`` when keyframes are
+        stored at that resolution (no second downscale on the tracking thread), else from the frame."""
+        if self._keyframe_downscale == self.cfg.tracking.downscale:
+            return Keyframe.from_observation(frame, obs, T_wc, self._keyframe_downscale, kf_id)
+        return Keyframe.from_frame(frame, T_wc, self._keyframe_downscale, kf_id)
 
     def map_keyframe(self, kf: Keyframe) -> None:
         """Integrate one keyframe into the map and publish it (mapping thread)."""

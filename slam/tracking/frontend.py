@@ -109,7 +109,7 @@ class TrackingFrontend:
                 return self._relocalise_in_saved_map(obs, snap, index)
             # Lost and backing off before the next attempt: report the last pose, not tracked.
             return TrackResult(self.tracker.last_good_or_identity(), float("inf"), 0.0, False, False, 0)
-        res = self._track(obs, snap, why)
+        res = self._track(obs, snap, why, prior)
         if self.saved_map is not None:
             res.ok = res.ok and self.saved_map.verify(obs, snap, res.T_wc)
             if self.policy.record(res.ok):
@@ -127,12 +127,14 @@ class TrackingFrontend:
             return res
         return self._relocalise_lost(obs, snap, index, keyframes, res)
 
-    def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str]) -> TrackResult:
-        """The tracker's estimate; with coarse starting poses when the prior is ``untrusted``."""
+    def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str],
+               prior: Optional[np.ndarray]) -> TrackResult:
+        """The tracker's estimate from the motion ``prior`` (the tracker's guess; None: it makes
+        it); with coarse starting poses when the prior is ``untrusted``."""
         if untrusted is None:
-            return self.tracker.track(obs, snap)
+            return self.tracker.track(obs, snap, prior=prior)
         ms0 = self.reinit.ms
-        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()))
+        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()), prior=prior)
         res.reinit, res.reinit_ms = untrusted, self.reinit.ms - ms0
         return res
 

@@ -104,14 +104,16 @@ class Tracker:
         """The constant-velocity prediction for the next frame."""
         return constant_velocity_guess(self.prev2, self.prev)
 
-    def track(self, obs: Observation, snapshot: MapSnapshot, coarse: Optional[list[np.ndarray]] = None) -> TrackResult:
+    def track(self, obs: Observation, snapshot: MapSnapshot, coarse: Optional[list[np.ndarray]] = None,
+              prior: Optional[np.ndarray] = None) -> TrackResult:
         """Estimate the pose of ``obs`` (at the tracking resolution) against ``snapshot``; updates
         the motion history. ``coarse``: given when the motion prior is not trusted (after a gap):
         extra starting poses T_wc (4, 4); every start is then refined with ``recovery_iters`` and
-        the result the quality test likes best is kept."""
+        the result the quality test likes best is kept. ``prior``: ``guess()`` when the caller
+        already has it."""
         self._renders = 0
         levels = Levels(obs, self.cfg.pyramid_levels)
-        prior = self.guess()
+        prior = self.guess() if prior is None else prior
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
         result = self._optimise(levels, snapshot, prior, iters)
         result.reason = self._failure(result)

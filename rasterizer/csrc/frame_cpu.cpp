@@ -1,0 +1,24 @@
+// CPU twin of the image downsampling kernel (frame_cuda.cu; the model is in rasterizer/frame.py,
+// the per-pixel math in frame_math.h): output rows in parallel.
+#include <torch/extension.h>
+
+#include <vector>
+
+#include "frame_math.h"
+#include "raster_cpu.h"
+#include "tensor_args.h"
+
+std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor& depth,
+                                       int64_t factor) {
+  sr::check_images(color, depth, factor, /*cuda=*/false);
+  const int64_t H = depth.size(0), W = depth.size(1), h = H / factor, w = W / factor;
+  auto out_color = at::empty({h, w, 3}, color.options());
+  auto out_depth = at::empty({h, w}, depth.options());
+  const float *c = color.data_ptr<float>(), *d = depth.data_ptr<float>();
+  float *oc = out_color.data_ptr<float>(), *od = out_depth.data_ptr<float>();
+  const int f = (int)factor;
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (h * w > 4096)
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) sr::downsample_pixel<sr::kMaxDownsample>(y, x, f, W, w, c, d, oc, od);
+  return {out_color, out_depth};
+}
