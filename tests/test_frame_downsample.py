@@ -79,7 +79,11 @@ def test_keyframe_from_the_tracking_frame_equals_the_keyframe_from_the_frame(dev
     b = Keyframe.from_frame(frame, np.eye(4), 2, kf_id=3)
     assert a.color.dtype == np.uint8 and a.depth.dtype == np.float16 and a.color.shape == (24, 32, 3)
     np.testing.assert_array_equal(a.depth, b.depth)
-    np.testing.assert_array_equal(a.color, b.color)
+    # colour: the block mean rounded; a mean half-way between two levels may round either way on
+    # another device (CUDA divides by 255 as a multiplication by its reciprocal)
+    assert np.abs(a.color.astype(int) - b.color.astype(int)).max() <= 1
+    if device == "cpu":
+        np.testing.assert_array_equal(a.color, b.color)
     np.testing.assert_array_equal(a.K, b.K)
     np.testing.assert_array_equal(a.depth.astype(np.float32), downscale_depth(depth, 2).astype(np.float16))
     # colour: the mean of each block rounded, within one level of OpenCV's area resampling

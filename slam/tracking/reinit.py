@@ -13,6 +13,7 @@ pays one ORB extraction and a few matches.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import OrderedDict, deque
 from typing import Optional
@@ -49,7 +50,7 @@ class Reinitialiser:
         gap = None
         if self._last_stamp is not None:
             dt = timestamp - self._last_stamp
-            if self._intervals and dt > self.cfg.gap_factor * float(np.median(self._intervals)):
+            if self._intervals and dt > self.cfg.gap_factor * statistics.median(self._intervals):
                 gap = dt
             if dt > 0:
                 self._intervals.append(dt)

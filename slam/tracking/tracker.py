@@ -26,6 +26,7 @@ pose); frames that stay failed are reported so the system makes no keyframe from
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from functools import partial
 from typing import Optional
@@ -144,7 +145,7 @@ class Tracker:
         """None when ``r`` passes the absolute quality test and the spike test, else why not."""
         reason = judge(r.quality, r.loss, self.cfg.min_known_fraction, self.quality_cfg)
         if reason is None and len(self.recent_losses) >= MIN_LOSS_HISTORY:
-            median = float(np.median(self.recent_losses))
+            median = statistics.median(self.recent_losses)
             if r.loss > self.cfg.residual_spike * max(median, 1e-6):
                 reason = f"residual spike: {r.loss:.3f} above {self.cfg.residual_spike:g} x the recent median {median:.3f}"
         return reason
