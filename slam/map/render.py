@@ -20,16 +20,22 @@ def render_spheres(
     height: int,
     backend: str = "auto",
     stats: Optional["rasterizer.SphereStats"] = None,
+    pose_delta: Optional[torch.Tensor] = None,
 ):
     """Render world-frame spheres seen from world-to-camera pose ``T_cw`` (4, 4).
 
     means_w: (N, 3) metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
     opacities: (N,) in [0, 1]; K: (3, 3) of the target resolution.
     Returns the rasterizer output (color (H, W, 3), depth (H, W) metres, alpha (H, W)).
-    Gradients reach ``T_cw`` through the camera-frame means when it requires grad. (The mapper's
-    step differentiates its own chain: ``slam.mapping.step``.)
+    Gradients reach ``T_cw`` through the camera-frame means when it requires grad.
+    pose_delta: optional (6,) = (omega rad, v m), a small increment applied left of ``T_cw`` to
+    first order, X' = X + omega x X + v (pass zeros that require grad: its gradient is then the
+    exact pose gradient at T_cw, ``slam.mapping.pose_refine``).
     """
     means_c = transform_points(T_cw, means_w)
+    if pose_delta is not None:
+        omega = pose_delta[:3].expand_as(means_c)
+        means_c = means_c + torch.cross(omega, means_c, dim=1) + pose_delta[3:]
     return rasterizer.rasterize_spheres(
         means_c, radii, colors, opacities, K.float(), int(width), int(height), backend=backend, stats=stats
     )

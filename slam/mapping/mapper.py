@@ -14,12 +14,12 @@ import torch
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
 from slam.geometry import invert, orthonormalize, transform_points
+from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.mapping.keyframes import Keyframe, KeyframeStore, KeyframeView
 from slam.mapping.pose_refine import KeyframePoseRefiner, correction, motion_size
 from slam.mapping.pruner import PruneReport, Pruner
-from slam.mapping.step import loss_and_gradients
 
 
 @dataclass
@@ -182,15 +182,28 @@ class Mapper:
 
     def _step(self, view, stats, kf: Keyframe | None = None) -> torch.Tensor:
         """One optimisation step of every live sphere, and of ``kf``'s pose unless it is fixed,
-        on one keyframe view (of ``kf``); returns the loss (``slam.mapping.step``: L1 colour over
-        valid-depth pixels + depth_weight * L1 depth over edge-free depth)."""
-        refine = kf is not None and self.poses.refinable(kf)
-        step = loss_and_gradients(self.smap.active(), view, self.cfg.depth_weight, self.backend, stats, refine)
-        self.smap.adam_step(step.rows, self.lr, backend=self.backend)
-        if step.pose is not None:
-            self.poses.step(kf, step.pose)
-            view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=view.T_cw.device)
-        return step.loss
+        on one keyframe view (of ``kf``); returns the loss.
+        L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
+        o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
+        rows = self.smap.active().detach().requires_grad_(True)
+        means, radii, colors, opacities = self.smap.activated(rows)
+        delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
+        out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
+                             backend=self.backend, stats=stats, pose_delta=delta)
+        err_c = (out.color - o.color).abs().mean(-1)
+        m = valid.float()
+        l_color = (err_c * m).sum() / m.sum().clamp_min(1.0)
+        dm = depth_ok.float()
+        l_depth = ((out.depth - o.depth).abs() * dm).sum() / dm.sum().clamp_min(1.0)
+        loss = l_color + self.cfg.depth_weight * l_depth
+        if stats is not None:
+            stats.pixel_error = (err_c * m).detach()
+        loss.backward()
+        self.smap.adam_step(rows.grad, self.lr, backend=self.backend)
+        if delta is not None and delta.grad is not None:
+            self.poses.step(kf, delta.grad)
+            view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=T_cw.device)
+        return loss.detach()
 
     def _optimise(self, newest: KeyframeView, window: list[Keyframe], device):
         # Half the iterations on the newest keyframe (window[0], already on the device as

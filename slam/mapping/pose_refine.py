@@ -2,8 +2,7 @@
 the spheres, by Adam on a small se(3) increment per keyframe.
 
 The increment delta = (omega rad, v m) acts on the camera-frame means, X' = X + omega x X + v,
-left of the keyframe's world-to-camera pose; its gradient comes from the camera-frame means'
-gradient (``pose_gradient_from_points``, in ``slam.mapping.step``).
+left of the keyframe's world-to-camera pose (``slam.map.render.render_spheres(pose_delta=...)``).
 It is evaluated at delta = 0 on every step, so its gradient is exact: it comes from the
 rasterizer's backward through the camera-frame means (colour and depth both depend on them).
 The step is then folded into the keyframe's pose with the exact rotation,
@@ -29,7 +28,8 @@ ADAM_EPS = 1e-12
 
 def pose_gradient_from_points(means_c: torch.Tensor, grad_means_c: torch.Tensor) -> torch.Tensor:
     """dL/d delta (6,) = (sum p x g, sum g) at delta = 0 for X' = X + omega x X + v, from the
-    camera-frame means (N, 3) metres and dL/d means (N, 3)."""
+    camera-frame means (N, 3) metres and dL/d means (N, 3): the same value autograd gives through
+    ``render_spheres(pose_delta=...)`` (a check, and for callers without a delta tensor)."""
     return torch.cat([torch.cross(means_c, grad_means_c, dim=1).sum(0), grad_means_c.sum(0)])
 
 
@@ -63,6 +63,12 @@ class KeyframePoseRefiner:
     def refinable(self, kf) -> bool:
         """Whether ``kf``'s pose is optimised (enabled, and not a gauge keyframe)."""
         return self.enabled and kf.kf_id not in self.fixed
+
+    def delta(self, kf, device) -> torch.Tensor | None:
+        """A zero (6,) increment that records gradients, for ``kf``'s render; None when fixed."""
+        if not self.refinable(kf):
+            return None
+        return torch.zeros(6, device=device, requires_grad=True)
 
     def step(self, kf, grad: torch.Tensor) -> np.ndarray:
         """One Adam step of ``kf``'s pose from dL/d delta (6,); replaces ``kf.T_wc`` (a new array)
