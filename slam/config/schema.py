@@ -45,8 +45,8 @@ class TrackingConfig:
     solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass per LM
                                     # evaluation gives the exact normal equations, the LM state
                                     # stays on the device (one host wait per frame; CUDA graphs):
-                                    # H200 7-Scenes 105-117 vs 14-20 FPS tracking, but 2.65-2.71
-                                    # vs 2.55-2.59 cm ATE (docs/benchmarks.md, ninth session), so
+                                    # H200 7-Scenes 145-165 vs 18-22 FPS tracking, but 2.67-2.81
+                                    # vs 2.50-2.61 cm ATE (docs/benchmarks.md, tenth session), so
                                     # the Jetson configs use it and the desktop default is renders:
                                     # image-gradient / finite-difference Jacobians over renders
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
