@@ -1,0 +1,55 @@
+"""How well a trajectory agrees with the sensor's own depth, without trusting any ground truth.
+
+For a pair of frames (a, b), frame a's depth is back-projected, moved into camera b by the
+trajectory's relative pose and compared with b's depth at the pixel it lands on. A wrong relative
+pose shows as disagreement whoever made the trajectory, so this ranks trajectories, the ground
+truth among them, by the data alone. (On 7-Scenes redkitchen the ground truth, from KinectFusion,
+disagrees with the depth more than this package's estimate over frames 60-121, and jumps by 3.6 cm
+at frame 122: docs/benchmarks.md, tenth session.)
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from slam.geometry import invert
+
+
+def depth_disagreement(depth_a: np.ndarray, depth_b: np.ndarray, K: np.ndarray, T_ba: np.ndarray,
+                       within: float = 0.01) -> dict:
+    """Frame a's depth moved into frame b by ``T_ba`` (4, 4: camera-a coordinates -> camera b) against
+    b's depth. depth_*: (H, W) float metres, 0 = invalid, one camera ``K`` (3, 3). Returns
+    {median_m: median |z_b - z_moved| over the pixels both see, within: the share of them within
+    ``within`` m, pixels: how many} (NaN / 0 when none overlap)."""
+    depth_a, depth_b = np.asarray(depth_a, np.float64), np.asarray(depth_b, np.float64)
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    v, u = np.nonzero(depth_a > 0)
+    z = depth_a[v, u]
+    pts = np.stack([(u - cx) / fx * z, (v - cy) / fy * z, z], axis=1) @ T_ba[:3, :3].T + T_ba[:3, 3]
+    front = pts[:, 2] > 1e-6
+    pts = pts[front]
+    ub = np.round(pts[:, 0] / pts[:, 2] * fx + cx).astype(np.int64)
+    vb = np.round(pts[:, 1] / pts[:, 2] * fy + cy).astype(np.int64)
+    h, w = depth_b.shape
+    inside = (ub >= 0) & (ub < w) & (vb >= 0) & (vb < h)
+    zb = depth_b[vb[inside], ub[inside]]
+    seen = zb > 0
+    err = np.abs(zb[seen] - pts[inside][seen, 2])
+    if err.size == 0:
+        return {"median_m": float("nan"), "within": float("nan"), "pixels": 0}
+    return {"median_m": float(np.median(err)), "within": float(np.mean(err <= within)), "pixels": int(err.size)}
+
+
+def pair_table(depths: Mapping[int, np.ndarray], K: np.ndarray, trajectories: Mapping[str, Mapping[int, np.ndarray]],
+               pairs: Iterable[tuple[int, int]]) -> list[dict]:
+    """``depth_disagreement`` of every (a, b) in ``pairs`` for every trajectory (name -> {frame index:
+    T_wc (4, 4)}) that has both frames: [{a, b, name: {median_m, within, pixels}, ...}]."""
+    rows = []
+    for a, b in pairs:
+        row = {"a": a, "b": b}
+        for name, poses in trajectories.items():
+            if a in poses and b in poses:
+                row[name] = depth_disagreement(depths[a], depths[b], K, invert(poses[b]) @ poses[a])
+        rows.append(row)
+    return rows

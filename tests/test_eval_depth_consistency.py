@@ -1,0 +1,52 @@
+"""Depth consistency of trajectories (slam/eval/depth_consistency.py, scripts/depth_consistency.py)
+on the bundled sample: its ground truth agrees with its depth, a pose moved by 2 cm along the optical axis does not."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from slam.config import load_config
+from slam.data.sources import open_source
+from slam.data.trajectory_io import write_tum_trajectory
+from slam.eval.depth_consistency import depth_disagreement, pair_table
+from slam.geometry import invert, pivot_increment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import depth_consistency as script  # noqa: E402
+
+
+def _frames(n=6):
+    cfg = load_config("default.yaml", [f"data.last={n}"])
+    return list(open_source(cfg.data))
+
+
+def test_ground_truth_agrees_with_the_depth_and_a_wrong_pose_does_not():
+    frames = _frames()
+    a, b = frames[0], frames[5]
+    K = np.asarray(a.K, dtype=np.float64)
+    same = depth_disagreement(a.depth, a.depth, K, np.eye(4))
+    assert same["median_m"] == 0.0 and same["within"] == 1.0 and same["pixels"] == int((a.depth > 0).sum())
+    right = depth_disagreement(a.depth, b.depth, K, invert(b.gt_pose) @ a.gt_pose)
+    moved = pivot_increment(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.02]), 0.0) @ invert(b.gt_pose) @ a.gt_pose
+    wrong = depth_disagreement(a.depth, b.depth, K, moved)
+    assert right["pixels"] > 0.5 * (a.depth > 0).sum()
+    assert right["median_m"] < 0.5 * wrong["median_m"] and right["within"] > wrong["within"] + 0.2
+    rows = pair_table({0: a.depth, 5: b.depth}, K, {"gt": {0: a.gt_pose, 5: b.gt_pose}, "half": {0: a.gt_pose}},
+                      [(0, 5)])
+    assert rows[0]["gt"] == right and "half" not in rows[0]     # a trajectory without frame 5 is left out
+
+
+def test_the_script_ranks_a_perturbed_trajectory_below_the_ground_truth(tmp_path, capsys):
+    frames = _frames()
+    stamps = np.array([f.timestamp for f in frames])
+    bad = np.array([pivot_increment(np.array([0, 0, 0, 0.01 * i, 0, 0]), 0.0) @ f.gt_pose
+                    for i, f in enumerate(frames)])
+    write_tum_trajectory(tmp_path / "bad.txt", stamps, bad)
+    out = tmp_path / "rows.json"
+    assert script.main(["--config", "default.yaml", "--gt", "--run", f"bad={tmp_path / 'bad.txt'}",
+                        "--pairs", "0:5", "1:4", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["a"], r["b"]) for r in rows] == [(0, 5), (1, 4)]
+    assert all(r["gt"]["median_m"] < r["bad"]["median_m"] for r in rows)
+    assert "0 ->     5" in capsys.readouterr().out
