@@ -9,8 +9,9 @@ import numpy as np
 from slam.config import load_config
 from slam.data.sources import open_source
 from slam.data.trajectory_io import write_tum_trajectory
-from slam.eval.depth_consistency import depth_disagreement, pair_table
+from slam.eval.depth_consistency import depth_disagreement, keyframe_consistency, pair_table
 from slam.geometry import invert, pivot_increment
+from slam.mapping.keyframes import Keyframe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import depth_consistency as script  # noqa: E402
@@ -50,3 +51,16 @@ def test_the_script_ranks_a_perturbed_trajectory_below_the_ground_truth(tmp_path
     assert [(r["a"], r["b"]) for r in rows] == [(0, 5), (1, 4)]
     assert all(r["gt"]["median_m"] < r["bad"]["median_m"] for r in rows)
     assert "0 ->     5" in capsys.readouterr().out
+
+
+def test_keyframe_self_check_points_at_a_wrong_keyframe_pose():
+    """metrics.json's keyframe_depth_consistency: consecutive keyframes at their poses; a keyframe
+    put 3 cm off is in both of its pairs, which become the worst."""
+    kfs = [Keyframe.from_frame(f, f.gt_pose) for f in _frames(8)[::2]]
+    good = keyframe_consistency(kfs)
+    assert good["pairs"] == 3 and good["median_mm"] < 5.0
+    kfs[2].T_wc = kfs[2].T_wc @ pivot_increment(np.array([0, 0, 0, 0, 0, 0.03]), 0.0)
+    bad = keyframe_consistency(kfs, worst=2)
+    assert sorted(tuple(w[:2]) for w in bad["worst"]) == [(2, 4), (4, 6)]
+    assert min(w[2] for w in bad["worst"]) > 2 * good["median_mm"]
+    assert keyframe_consistency(kfs[:1]) is None

@@ -9,7 +9,7 @@ at frame 122: docs/benchmarks.md, tenth session.)
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -53,3 +53,28 @@ def pair_table(depths: Mapping[int, np.ndarray], K: np.ndarray, trajectories: Ma
                 row[name] = depth_disagreement(depths[a], depths[b], K, invert(poses[b]) @ poses[a])
         rows.append(row)
     return rows
+
+
+def keyframe_consistency(keyframes: list, worst: int = 3) -> Optional[dict]:
+    """Ground-truth-free self-check of a run: ``depth_disagreement`` between each keyframe and the
+    next (by frame index) at their final poses (``Keyframe``: T_wc, depth (H, W) metres, K). Returns
+    {pairs, median_mm: the median over pairs of each pair's median |dz|, within_1cm: mean share,
+    worst: the ``worst`` pairs [frame a, frame b, median mm]}; None with fewer than two keyframes.
+    A tracking or loop-closure error between two keyframes shows as a pair far above the median."""
+    kfs = sorted(keyframes, key=lambda k: k.frame_index)
+    rows = []
+    for a, b in zip(kfs, kfs[1:]):
+        if a.depth.shape != b.depth.shape:
+            continue
+        d = depth_disagreement(a.depth, b.depth, np.asarray(a.K, np.float64), invert(b.T_wc) @ a.T_wc)
+        if d["pixels"] > 0:
+            rows.append((a.frame_index, b.frame_index, d["median_m"] * 1e3, d["within"]))
+    if not rows:
+        return None
+    med = np.array([r[2] for r in rows])
+    order = np.argsort(-med)[:worst]
+    return {"pairs": len(rows), "median_mm": float(np.median(med)),
+            "within_1cm": float(np.mean([r[3] for r in rows])),
+            "worst": [[int(rows[i][0]), int(rows[i][1]), round(float(rows[i][2]), 2)] for i in order],
+            "protocol": "consecutive keyframes at their final poses: the earlier one's depth moved into the "
+                        "later one vs its depth, median |difference| over the pixels both see"}

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from slam.eval.depth_consistency import keyframe_consistency
 from slam.eval.failures import silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
 from slam.eval.trajectory import evaluate_trajectory
@@ -169,6 +170,11 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
     except Exception as exc:  # noqa: BLE001
         log.error("trajectory evaluation failed: %s: %s", type(exc).__name__, exc)
         m["trajectory_error"] = f"{type(exc).__name__}: {exc}"
+    if evaluate_trajectory:
+        try:
+            m["keyframe_depth_consistency"] = keyframe_consistency(result.keyframes)
+        except Exception as exc:  # noqa: BLE001
+            log.error("keyframe depth consistency failed: %s: %s", type(exc).__name__, exc)
     if result.mode != "slam":
         m["relocalisation"] = summarise(result.relocalisations, result.mode)
     if eval_images_every is not None:

@@ -117,6 +117,11 @@ def summary_text(metrics: dict, run_dir: Path) -> str:
     if loop:
         lines.append(f"loop closure      {loop['candidates']} candidates verified: {loop['accepted']} closed, "
                      f"{loop['consistent']} already consistent, {loop['rejected']} rejected {loop['rejected_by']}")
+    kc = metrics.get("keyframe_depth_consistency")
+    if kc:
+        worst = ", ".join(f"{a}->{b} {mm:.1f} mm" for a, b, mm in kc["worst"])
+        lines.append(f"depth agreement   consecutive keyframes at their poses: median {kc['median_mm']:.1f} mm, "
+                     f"{kc['within_1cm']:.0%} within 1 cm (no ground truth needed); worst {worst}")
     silent = metrics.get("silent_failures")
     if silent is not None:
         lines.append(f"silent failures   {silent['count']} of {silent['checked']} frames reported ok "
