@@ -51,12 +51,8 @@ def distortion_array(d: Optional[Sequence[float]], where: str) -> Optional[np.nd
 def scale_K(K, s: float):
     """Intrinsics (3, 3) of an image downscaled by factor ``s`` (> 1 shrinks; OpenCV pixel-centre
     convention). A numpy ``K`` comes back as float64; a tensor keeps its dtype and device."""
-    if isinstance(K, torch.Tensor):   # element by element on the host: one op, not eight
-        k = K.tolist()
-        if s != 1:
-            k[0][0], k[1][1] = k[0][0] / s, k[1][1] / s
-            k[0][2], k[1][2] = (k[0][2] + 0.5) / s - 0.5, (k[1][2] + 0.5) / s - 0.5
-        return torch.tensor(k, dtype=K.dtype, device=K.device)
+    if isinstance(K, torch.Tensor):   # on the host in float64, back as one tensor: one op, not eight
+        return torch.tensor(scale_K(K.tolist(), s), dtype=K.dtype, device=K.device)
     K2 = np.asarray(K, dtype=np.float64).copy()
     if s == 1:
         return K2
