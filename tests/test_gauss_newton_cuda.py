@@ -50,6 +50,15 @@ def test_cuda_matches_cpu_larger(n, w, h):
     assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=max(2, w * h // 10000))
 
 
+def test_cuda_long_tile_lists():
+    # ~9,000 spheres over 3 x 2 tiles: tile lists longer than the shared-memory sort (merged in
+    # global memory), with transmittance left for the back of the lists (low opacities)
+    s = random_scene(9000, 40, 30, seed=17, r=(0.05, 0.3), opacity=(0.01, 0.05))
+    obs = gn_observation(s, seed=17)
+    a, b = gn_run(s, "cuda", obs, device="cuda"), gn_run(s, "cpu", obs)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=2)
+
+
 def test_cuda_cost_only_equals_full_mode():
     s = random_scene(3000, 160, 120, seed=9)
     obs = gn_observation(s, seed=9)

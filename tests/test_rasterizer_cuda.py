@@ -31,9 +31,20 @@ def test_larger_scene_matches_cpu(n, w, h):
     compare(random_scene(n, w, h, seed=n), "cpu", "cuda", "cpu", "cuda")
 
 
-def test_many_tiles_uses_32bit_keys():
-    # > 65536 tiles takes the 32-bit tile-key path
+def test_many_tiles():
+    # > 65536 tiles: the tile scan's block takes 65 tiles a thread
     s = random_scene(300, 16 * 300, 16 * 220, seed=12, r=(0.005, 0.05))
+    compare(s, "cpu", "cuda", "cpu", "cuda")
+
+
+@pytest.mark.parametrize("n", [4096, 9000])
+def test_long_tile_lists(n):
+    # n spheres over 2 x 2 tiles: lists of exactly the shared-memory sort's 4,096 keys, and of
+    # ~9,000 (runs of 4,096 merged in global memory, an odd run left over)
+    s = random_scene(n, 32, 32, seed=n, r=(0.05, 0.3), opacity=(0.01, 0.05))
+    if n == 4096:   # every sphere in every tile: all four lists are 4,096 long
+        s["means"][:, :2] = 0.0
+        s["radii"][:] = 0.5
     compare(s, "cpu", "cuda", "cpu", "cuda")
 
 

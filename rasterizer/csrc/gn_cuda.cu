@@ -1,8 +1,9 @@
 // CUDA fused Gauss-Newton kernel (the model is in rasterizer/gauss_newton.py; the CPU twin is
 // gn_cpu.cpp, the shared per-sphere and per-pixel math gn_math.h):
-//   zero the (kGnValues,) float64 result -> pose Jacobian per sphere (pose_jacobian_kernel, one
-//   thread per sphere, once per call) -> the render's tiling (sr_cuda::bin_spheres: one host wait
-//   for the pair count, as every render) -> gn_tile_kernel: one 16x16 block per tile, shared-memory
+//   pose Jacobian per sphere (pose_jacobian_kernel, one thread per sphere, once per call; it also
+//   zeroes the (kGnValues,) float64 result and, in the LM's evaluation, moves the world-frame
+//   means to the camera) -> the render's tiling (sr_cuda::bin_spheres, bin_cuda.cu: one host wait
+//   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 16x16 block per tile, shared-memory
 //   batches of 256 spheres front to back as in the render, each pixel carrying its pose
 //   derivatives (sr::gn_blend) and ending with its share of H, g, cost and the statistics
 //   (sr::gn_pixel_values); per block the 50 values are summed in float (warp reduce-scatter, then
@@ -35,17 +36,22 @@ constexpr int kGnBlocksPerSM = 2;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
-// `lm` (nullable): an LM state (lm_math.h); the pivot is then its kLmPivot, and nothing is done
-// once its level is done.
-__global__ void pose_jacobian_kernel(int n, const float* __restrict__ means,
-                                     const float* __restrict__ radii, sr::Camera cam,
-                                     float pivot_z, sr::PoseJac* __restrict__ jac,
-                                     const double* __restrict__ lm) {
+// One thread per sphere: the pose Jacobian of its splat (culled spheres: none, they are in no
+// tile list). `lm` (nullable): an LM state (lm_math.h); the pivot is then its kLmPivot, and nothing
+// is done once its level is done. `world` (nullable, with `lm`): world-frame means, moved to the
+// camera frame at the state's trial pose (sr::lm_trial_to_camera) into `means` first. Block 0
+// zeroes the kGnValues sums `out` that the tile kernel adds into.
+__global__ void pose_jacobian_kernel(int n, const float* __restrict__ world,
+                                     float* __restrict__ means, const float* __restrict__ radii,
+                                     sr::Camera cam, float pivot_z, sr::PoseJac* __restrict__ jac,
+                                     const double* __restrict__ lm, double* __restrict__ out) {
+  if (blockIdx.x == 0 && threadIdx.x < sr::kGnValues) out[threadIdx.x] = 0.0;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (lm != nullptr) {
     if (lm[sr::kLmDone] != 0.0) return;
     pivot_z = (float)lm[sr::kLmPivot];
+    if (world != nullptr) sr::lm_trial_to_camera(lm, world + 3 * (size_t)i, means + 3 * (size_t)i);
   }
   const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2], r = radii[i];
   sr::Splat s;
@@ -136,27 +142,31 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   }
 }
 
-// The pass proper, on camera-frame means: zero `out` (kGnValues float64, device), pose Jacobian,
-// binning (exact, or capped without a host wait), tile kernel. `lm`: nullable LM state (see
-// pose_jacobian_kernel / gn_tile_kernel).
-void run_gauss_newton(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
-                      const at::Tensor& opacities, const at::Tensor& background,
-                      const at::Tensor& obs_color, const at::Tensor& obs_depth,
-                      const at::Tensor& valid, const sr::Camera& cam, const sr::GnSettings& st,
-                      bool derivatives, const double* lm, double* out,
+// The pass proper: zero `out` (kGnValues float64, device), pose Jacobian, binning (exact, or
+// capped without a host wait), tile kernel. `lm`: nullable LM state (see pose_jacobian_kernel /
+// gn_tile_kernel). `world` (nullable, needs `lm` and derivatives): world-frame means, moved into
+// the camera-frame `means` by the Jacobian kernel; otherwise `means` are camera-frame already.
+void run_gauss_newton(const at::Tensor* world, const at::Tensor& means, const at::Tensor& radii,
+                      const at::Tensor& colors, const at::Tensor& opacities,
+                      const at::Tensor& background, const at::Tensor& obs_color,
+                      const at::Tensor& obs_depth, const at::Tensor& valid, const sr::Camera& cam,
+                      const sr::GnSettings& st, bool derivatives, const double* lm, double* out,
                       const sr_cuda::PairRoom* capped, cudaStream_t stream) {
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
-  C10_CUDA_CHECK(cudaMemsetAsync(out, 0, sr::kGnValues * sizeof(double), stream));
+  TORCH_CHECK(world == nullptr || (lm != nullptr && derivatives), "gauss_newton: world-frame means need an LM state");
   at::Tensor jac_t;
   const sr::PoseJac* jac = nullptr;
-  if (derivatives && n > 0) {
-    jac_t = at::empty({n, (int64_t)(sizeof(sr::PoseJac) / sizeof(float))}, means.options());
+  if (derivatives) {  // zeroes `out` too
+    jac_t = at::empty({std::max(n, 1), (int64_t)(sizeof(sr::PoseJac) / sizeof(float))}, means.options());
     auto* jp = reinterpret_cast<sr::PoseJac*>(jac_t.data_ptr<float>());
-    pose_jacobian_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
-        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam, st.pivot_z, jp, lm);
+    pose_jacobian_kernel<<<sr_cuda::blocks_for(std::max(n, 1), 256), 256, 0, stream>>>(
+        n, world != nullptr ? world->data_ptr<float>() : nullptr, means.data_ptr<float>(),
+        radii.data_ptr<float>(), cam, st.pivot_z, jp, lm, out);
     SR_CHECK_CUDA();
     jac = jp;
+  } else {
+    C10_CUDA_CHECK(cudaMemsetAsync(out, 0, sr::kGnValues * sizeof(double), stream));
   }
   sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream, capped);
   auto launch = [&](auto kernel) {
@@ -172,15 +182,6 @@ void run_gauss_newton(const at::Tensor& means, const at::Tensor& radii, const at
   else
     launch(gn_tile_kernel<false>);
   SR_CHECK_CUDA();
-}
-
-// World-to-camera transform of the means at the LM state's trial pose (sr::lm_trial_to_camera).
-// Nothing once the level is done.
-__global__ void trial_to_camera_kernel(int n, const float* __restrict__ world,
-                                       const double* __restrict__ lm, float* __restrict__ cam) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n || lm[sr::kLmDone] != 0.0) return;
-  sr::lm_trial_to_camera(lm, world + 3 * (size_t)i, cam + 3 * (size_t)i);
 }
 
 __global__ void lm_phase_kernel(double* lm, int phase, sr::LmSettings c) {
@@ -203,8 +204,8 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   at::Tensor out = at::empty({sr::kGnValues}, means.options().dtype(at::kDouble));
-  run_gauss_newton(means, radii, colors, opacities, background, obs_color, obs_depth, valid, cam,
-                   st, derivatives, nullptr, out.data_ptr<double>(), nullptr, stream);
+  run_gauss_newton(nullptr, means, radii, colors, opacities, background, obs_color, obs_depth, valid,
+                   cam, st, derivatives, nullptr, out.data_ptr<double>(), nullptr, stream);
   return out;
 }
 
@@ -227,17 +228,12 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
-  const int n = (int)means.size(0);
   double* lm = state.data_ptr<double>();
-  at::Tensor means_cam = at::empty_like(means);
-  if (n > 0) {
-    trial_to_camera_kernel<<<sr_cuda::blocks_for(n, 256), 256, 0, stream>>>(
-        n, means.data_ptr<float>(), lm, means_cam.data_ptr<float>());
-    SR_CHECK_CUDA();
-  }
-  const sr_cuda::PairRoom room{capacity, lm + sr::kLmMaxPairs + level, lm + sr::kLmOverflow};
-  run_gauss_newton(means_cam, radii, colors, opacities, background, obs_color, obs_depth, valid,
-                   cam, st, /*derivatives=*/true, lm, lm + sr::kLmTrial, &room, stream);
+  at::Tensor means_cam = at::empty_like(means);  // filled by the Jacobian kernel
+  const sr_cuda::PairRoom room{capacity, lm + sr::kLmMaxPairs + level, lm + sr::kLmOverflow,
+                               lm + sr::kLmDone};
+  run_gauss_newton(&means, means_cam, radii, colors, opacities, background, obs_color, obs_depth,
+                   valid, cam, st, /*derivatives=*/true, lm, lm + sr::kLmTrial, &room, stream);
 }
 
 // One LM bookkeeping phase (lm_math.h) on the device state: a one-thread kernel.

@@ -2,34 +2,23 @@
 // arguments and results are listed in bind_cuda.cpp and rasterizer/functions.py) and the same
 // per-pixel and per-sphere math (sphere_math.h).
 //
-// forward (the tiling, steps up to the tile ranges, is sr_cuda::bin_spheres, declared in
-//   raster_cuda.h and shared with the fused Gauss-Newton kernel, gn_cuda.cu):
-//   project (one thread per sphere: centre, inverse variances, tile count, depth key; a
-//   block sum of the tile counts gives the pair count M, copied to pinned host memory at once)
-//   -> radix sort of the spheres by depth (32-bit keys; stable, so ties keep index order)
-//   -> scan of the tile counts in depth order
-//   -> (host waits for M only now: the copy was queued before the sort, so the GPU keeps working)
-//   -> emit (tile id, sphere) pairs in depth order
-//   -> stable radix sort of the pairs by tile id only (16-bit keys, ceil(log2(tiles)) bits), so
-//      each tile's list stays in (depth, index) order
-//   -> tile ranges -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
-//      batches of 256 spheres, early exit when every pixel of the tile is done); the expected
-//      depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
+// forward: the tiling (sr_cuda::bin_spheres, bin_cuda.cu, shared with the fused Gauss-Newton
+//   kernel, gn_cuda.cu: splats, and per tile its sphere list front to back, one host wait for the
+//   pair count) -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
+//   batches of 256 spheres, early exit when every pixel of the tile is done); the expected
+//   depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
 //   warp's furthest last sphere); the depth normalisation's backward per pixel at load
 //   (sr::load_pixel_grads); per (pixel, sphere) the splat-space gradients (sr::alpha_backward:
 //   centre u v, s2, opacity; plus the direct depth and the colour gradients), reduced per sphere
 //   and warp before one atomic per value and warp (pruner statistics alongside); then
 //   sr::project_backward once per sphere (project_backward_kernel) to the 3D centre and radius.
-// Temporaries live in one workspace per phase (few allocator calls per render). Uses nothing newer
-// than CUDA 11.4 provides. This file is over 400 lines: splitting it would move the kernels away
-// from their launchers (or into headers) for no speed gain; it stays one translation unit.
+// Uses nothing newer than CUDA 11.4 provides.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cub/cub.cuh>
 #include <vector>
 
 #include "raster_cuda.h"
@@ -41,7 +30,6 @@
 namespace {
 
 constexpr int kBlock = sr_cuda::kTileBlock;  // threads per tile block (one per pixel)
-constexpr int kProjectBlock = 256;
 using sr_cuda::kFull;
 using sr_cuda::WarpReduceScatter;
 // Resident tile blocks per SM the backward is compiled for (register budget 64K / (256 * 5) = 48
@@ -49,96 +37,6 @@ using sr_cuda::WarpReduceScatter;
 constexpr int kBwdBlocksPerSM = 5;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
-
-// One thread per sphere. The block sum of the tile counts goes into *pairs (zeroed before).
-__global__ void __launch_bounds__(kProjectBlock)
-    project_kernel(int n, const float* __restrict__ means, const float* __restrict__ radii,
-                   sr::Camera cam, float4* __restrict__ splats, uint32_t* __restrict__ depth_keys,
-                   int32_t* __restrict__ iota, int32_t* __restrict__ counts,
-                   unsigned long long* __restrict__ pairs) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  int cnt = 0;
-  if (i < n) {
-    const float x = means[3 * i], y = means[3 * i + 1], z = means[3 * i + 2];
-    sr::Splat s{0.f, 0.f, 0.f, 0.f};
-    if (sr::project_sphere(x, y, z, radii[i], cam, s)) {
-      int tx0, tx1, ty0, ty1;
-      cnt = sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
-    }
-    splats[i] = make_float4(s.u, s.v, s.ia, s.ic);
-    depth_keys[i] = sr::depth_key(z, cnt > 0);
-    iota[i] = i;
-    counts[i] = cnt;
-  }
-  using BlockSum = cub::BlockReduce<int, kProjectBlock>;
-  __shared__ typename BlockSum::TempStorage tmp;
-  const int total = BlockSum(tmp).Sum(cnt);
-  if (threadIdx.x == 0 && total > 0) atomicAdd(pairs, (unsigned long long)total);
-}
-
-__global__ void gather_counts_kernel(int n, const int32_t* __restrict__ order,
-                                     const int32_t* __restrict__ counts,
-                                     int32_t* __restrict__ out) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = counts[order[k]];
-}
-
-// Pairs at positions >= cap are dropped (capped binning: fill_tail_kernel flags the overflow).
-template <typename KeyT>
-__global__ void emit_kernel(int n, sr::Camera cam, const int32_t* __restrict__ order,
-                            const int32_t* __restrict__ offsets, const float4* __restrict__ splats,
-                            KeyT* __restrict__ keys, int32_t* __restrict__ vals, int32_t cap) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= n) return;
-  int32_t pos = k == 0 ? 0 : offsets[k - 1];
-  const int32_t end = min(offsets[k], cap);
-  if (pos >= end) return;
-  const int32_t i = order[k];
-  const float4 g = splats[i];
-  const sr::Splat s{g.x, g.y, g.z, g.w};
-  int tx0, tx1, ty0, ty1;
-  sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
-  for (int ty = ty0; ty < ty1; ++ty)
-    for (int tx = tx0; tx < tx1 && pos < end; ++tx) {
-      keys[pos] = (KeyT)(ty * cam.tiles_x + tx);
-      vals[pos] = i;
-      ++pos;
-    }
-}
-
-// Capped binning: the pair count M is the last inclusive offset, read on the device. Key slots
-// [M, cap) get the sentinel tile id n_tiles (sorted after every real tile, ignored by the
-// ranges); thread 0 records max(M) in *max_pairs and sets *overflow to 1 when M > cap.
-template <typename KeyT>
-__global__ void fill_tail_kernel(int n, int32_t cap, int n_tiles,
-                                 const int32_t* __restrict__ offsets, KeyT* __restrict__ keys,
-                                 int32_t* __restrict__ vals, double* __restrict__ max_pairs,
-                                 double* __restrict__ overflow) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  const int32_t m = n > 0 ? offsets[n - 1] : 0;
-  if (k == 0) {
-    if ((double)m > *max_pairs) *max_pairs = (double)m;
-    if (m > cap) *overflow = 1.0;
-  }
-  if (k < cap && k >= m) {
-    keys[k] = (KeyT)n_tiles;
-    vals[k] = 0;
-  }
-}
-
-// Tile ranges from the tile-sorted keys: every tile gets [start, end), empty tiles (k, k).
-template <typename KeyT>
-__global__ void ranges_kernel(int m, int n_tiles, const KeyT* __restrict__ keys,
-                              int2* __restrict__ ranges) {
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k > m) return;
-  const int prev = k == 0 ? -1 : (int)keys[k - 1];
-  const int cur = k == m ? n_tiles : (int)keys[k];
-  for (int t = prev; t < cur; ++t) {
-    if (t >= 0) ranges[t].y = k;
-    if (t + 1 < n_tiles) ranges[t + 1].x = k;
-  }
-}
 
 // out_depth: the normalised expected depth sum(w z) / max(alpha, depth_eps).
 __global__ void __launch_bounds__(kBlock)
@@ -356,181 +254,7 @@ void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, nam
 
 using sr_cuda::blocks_for;
 
-at::Tensor byte_buffer(size_t bytes, const at::TensorOptions& opt) {
-  return at::empty({(int64_t)std::max<size_t>(bytes, 1)}, opt.dtype(at::kByte));
-}
-
-// Offsets of the pieces of one workspace allocation (256-byte aligned, as cub wants).
-struct Carve {
-  size_t size = 0;
-  size_t take(size_t bytes) {
-    const size_t at = size;
-    size = (size + bytes + 255) & ~size_t(255);
-    return at;
-  }
-};
-
-// Pinned host word and event per (thread, device) for the pair count: the device-to-host copy is
-// queued right after the projection and waited for only once the depth sort is queued too.
-struct CountSlot {
-  unsigned long long* host = nullptr;
-  cudaEvent_t event = nullptr;
-  ~CountSlot() {  // at thread exit; errors (e.g. the runtime already shut down) are ignored
-    if (event != nullptr) cudaEventDestroy(event);
-    if (host != nullptr) cudaFreeHost(host);
-    cudaGetLastError();
-  }
-};
-
-constexpr int kMaxDevices = 64;
-
-CountSlot& count_slot(int device) {
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "sphere rasterizer: device index out of range");
-  thread_local CountSlot slots[kMaxDevices];
-  CountSlot& s = slots[device];
-  if (s.host == nullptr) {  // the device guard of the caller makes `device` current
-    C10_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host), sizeof(unsigned long long)));
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming));
-  }
-  return s;
-}
-
-// Sorts the (tile, sphere) pairs by tile (stable) and fills the tile ranges. Returns sorted ids.
-// `ws` (order, offsets) is released as soon as the pairs are emitted (peak memory). With `capped`
-// (capped binning) m is the room for pairs, not the count: the tail is filled with sentinels and
-// the count recorded in capped->max_pairs / overflow, all on the device.
-template <typename KeyT>
-at::Tensor bin_tiles(int n, int64_t m, int n_tiles, const sr::Camera& cam, at::Tensor ws,
-                     const int32_t* order, const int32_t* offsets, const float4* splats,
-                     int2* ranges, cudaStream_t stream, const sr_cuda::PairRoom* capped) {
-  const auto opt = ws.options();
-  const auto iopt = opt.dtype(at::kInt);
-  int bits = 1;
-  while ((1 << bits) < n_tiles + (capped != nullptr ? 1 : 0)) ++bits;  // room for the sentinel
-  size_t temp_bytes = 0;
-  {
-    cub::DoubleBuffer<KeyT> dk(nullptr, nullptr);
-    cub::DoubleBuffer<int32_t> dv(nullptr, nullptr);
-    cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, (int)m, 0, bits, stream);
-  }
-  Carve cv;
-  const size_t o_keys = cv.take(2 * (size_t)m * sizeof(KeyT)), o_temp = cv.take(temp_bytes);
-  at::Tensor kws = byte_buffer(cv.size, opt);  // key double buffer + the sort's scratch
-  char* kb = reinterpret_cast<char*>(kws.data_ptr());
-  KeyT* kp = reinterpret_cast<KeyT*>(kb + o_keys);
-  at::Tensor vals = at::empty({m}, iopt);
-  emit_kernel<KeyT><<<blocks_for(n, 256), 256, 0, stream>>>(n, cam, order, offsets, splats, kp,
-                                                             vals.data_ptr<int32_t>(), (int32_t)m);
-  SR_CHECK_CUDA();
-  if (capped != nullptr) {
-    fill_tail_kernel<KeyT><<<blocks_for(m, 256), 256, 0, stream>>>(
-        n, (int32_t)m, n_tiles, offsets, kp, vals.data_ptr<int32_t>(), capped->max_pairs,
-        capped->overflow);
-    SR_CHECK_CUDA();
-  }
-  ws.reset();  // queued work still reads it: the allocator reuses it in stream order only
-  at::Tensor vals_alt = at::empty({m}, iopt);
-  cub::DoubleBuffer<KeyT> dk(kp, kp + m);
-  cub::DoubleBuffer<int32_t> dv(vals.data_ptr<int32_t>(), vals_alt.data_ptr<int32_t>());
-  cub::DeviceRadixSort::SortPairs(kb + o_temp, temp_bytes, dk, dv, (int)m, 0, bits, stream);
-  SR_CHECK_CUDA();
-  ranges_kernel<KeyT><<<blocks_for(m + 1, 256), 256, 0, stream>>>((int)m, n_tiles, dk.Current(),
-                                                                   ranges);
-  SR_CHECK_CUDA();
-  return dv.Current() == vals.data_ptr<int32_t>() ? vals : vals_alt;
-}
-
 }  // namespace
-
-// The tiling of one render (see raster_cuda.h). Exact (capped == nullptr): one host wait (the pair
-// count), placed so that the GPU does not run dry while the host waits. Capped: no host wait.
-sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& radii,
-                                   const sr::Camera& cam, cudaStream_t stream,
-                                   const PairRoom* capped) {
-  const int n = (int)means.size(0);
-  const int n_tiles = cam.tiles_x * cam.tiles_y;
-  auto opt = means.options();
-  auto iopt = opt.dtype(at::kInt);
-  Bins b;
-  b.ranges = at::empty({n_tiles, 2}, iopt);
-  int2* ranges_p = reinterpret_cast<int2*>(b.ranges.data_ptr<int32_t>());
-  // (N, 4) screen-space splats, read by the emit and the blending kernels
-  b.splats = at::empty({n, 4}, opt);
-  const float4* splats = reinterpret_cast<const float4*>(b.splats.data_ptr<float>());
-  int64_t m = 0;
-  if (n > 0) {
-    // workspace: pair count | depth keys x2 | sphere indices x2 | counts | offsets | scratch
-    size_t sort_bytes = 0, scan_bytes = 0;
-    {
-      cub::DoubleBuffer<uint32_t> dk(nullptr, nullptr);
-      cub::DoubleBuffer<int32_t> dv(nullptr, nullptr);
-      cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, n, 0, 31, stream);
-      cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<int32_t*>(nullptr),
-                                    static_cast<int32_t*>(nullptr), n, stream);
-    }
-    const size_t nn = (size_t)n;
-    Carve cv;
-    const size_t o_pairs = cv.take(sizeof(unsigned long long)), o_keys = cv.take(8 * nn),
-                 o_idx = cv.take(8 * nn), o_counts = cv.take(4 * nn), o_offsets = cv.take(4 * nn),
-                 o_temp = cv.take(std::max(sort_bytes, scan_bytes));
-    at::Tensor ws = byte_buffer(cv.size, opt);
-    char* base = reinterpret_cast<char*>(ws.data_ptr());
-    auto* pairs = reinterpret_cast<unsigned long long*>(base + o_pairs);
-    auto* kp = reinterpret_cast<uint32_t*>(base + o_keys);
-    auto* ip = reinterpret_cast<int32_t*>(base + o_idx);
-    auto* counts = reinterpret_cast<int32_t*>(base + o_counts);
-    auto* offsets = reinterpret_cast<int32_t*>(base + o_offsets);
-    void* temp = base + o_temp;
-
-    C10_CUDA_CHECK(cudaMemsetAsync(pairs, 0, sizeof(unsigned long long), stream));
-    project_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
-        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam,
-        reinterpret_cast<float4*>(b.splats.data_ptr<float>()), kp, ip, counts, pairs);
-    SR_CHECK_CUDA();
-    CountSlot* slot = nullptr;
-    if (capped == nullptr) {
-      slot = &count_slot(means.get_device());
-      C10_CUDA_CHECK(cudaMemcpyAsync(slot->host, pairs, sizeof(unsigned long long),
-                                     cudaMemcpyDeviceToHost, stream));
-      C10_CUDA_CHECK(cudaEventRecord(slot->event, stream));
-    }
-
-    cub::DoubleBuffer<uint32_t> dk(kp, kp + n);
-    cub::DoubleBuffer<int32_t> dv(ip, ip + n);
-    cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, n, 0, 31, stream);
-    SR_CHECK_CUDA();
-    const int32_t* order = dv.Current();
-    // tile counts in depth order (into the free key buffer) -> inclusive offsets
-    int32_t* sorted_counts = reinterpret_cast<int32_t*>(dk.Alternate());
-    gather_counts_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(n, order, counts, sorted_counts);
-    SR_CHECK_CUDA();
-    cub::DeviceScan::InclusiveSum(temp, scan_bytes, sorted_counts, offsets, n, stream);
-    SR_CHECK_CUDA();
-
-    if (capped == nullptr) {
-      C10_CUDA_CHECK(cudaEventSynchronize(slot->event));
-      const unsigned long long total = *slot->host;
-      TORCH_CHECK(total < (1ull << 31), "sphere rasterizer: ", total,
-                  " (tile, sphere) pairs: more than the 2^31 - 1 supported");
-      m = (int64_t)total;
-    } else {
-      m = capped->capacity;
-    }
-    if (m > 0) {
-      b.ids = n_tiles < 65536
-                ? bin_tiles<uint16_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
-                                      ranges_p, stream, capped)
-                : bin_tiles<uint32_t>(n, m, n_tiles, cam, std::move(ws), order, offsets, splats,
-                                      ranges_p, stream, capped);
-    }
-  }
-  if (m == 0) {
-    b.ids = at::empty({0}, iopt);
-    b.ranges.zero_();
-  }
-  b.m = m;
-  return b;
-}
 
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
 //          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each

@@ -1,7 +1,7 @@
-// The render's tiling on the GPU (raster_cuda.cu), shared by the render and the fused
-// Gauss-Newton kernel (gn_cuda.cu): project (one thread per sphere) -> radix sort by depth ->
-// scan of the tile counts -> emit (tile, sphere) pairs -> stable radix sort by tile id -> tile
-// ranges. One host wait per call (the pair count M), unless the binning is capped (PairRoom).
+// The render's tiling on the GPU (bin_cuda.cu), shared by the render (raster_cuda.cu) and the
+// fused Gauss-Newton kernel (gn_cuda.cu): project and count each tile's spheres -> scan of the
+// tile counts -> emit (depth, sphere) keys into each tile's slots -> one block per tile sorts its
+// keys. One host wait per call (the pair count M), unless the binning is capped (PairRoom).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,10 +21,13 @@ struct Bins {
 // Capped binning (no host wait, e.g. inside a CUDA graph): room for `capacity` pairs; the pair
 // count is compared with it on the device: *max_pairs = max(*max_pairs, M), *overflow = 1 when
 // M > capacity (then the pairs beyond are dropped and the result is wrong: the caller redoes it).
+// `skip` (nullable): when *skip != 0 on the device every tile list is empty and nothing is
+// recorded (an LM level that is done: its means are not set).
 struct PairRoom {
   int64_t capacity;
   double* max_pairs;
   double* overflow;
+  const double* skip = nullptr;
 };
 
 // means (N, 3), radii (N,): contiguous float32 on the current device; work queued on `stream`.
