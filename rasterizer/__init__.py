@@ -53,7 +53,8 @@ Mapping: ``adam_rows(params, exp_avg, exp_avg_sq, steps, grad, lr)`` is the map'
 packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py).
 
 Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
-valid depth) in one kernel: the tracking resolution and the tracker's pyramid (rasterizer/frame.py).
+valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
+max_jump)`` the valid depth away from depth edges, in one kernel (rasterizer/frame.py).
 
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
@@ -70,11 +71,12 @@ import torch
 from ._inputs import check_spheres, zeros3
 from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
 from .adam import adam_rows
-from .frame import downsample
+from .frame import depth_edge_mask, downsample
 from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "apply_increment", "robust_normal_equations", "adam_rows", "downsample"]
+           "GaussNewtonResult", "apply_increment", "robust_normal_equations", "adam_rows", "downsample",
+           "depth_edge_mask"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 

@@ -1,8 +1,8 @@
-"""Image downsampling by an integer factor f, one kernel per call: a frame to the tracking
-resolution and the tracker's pyramid levels.
+"""Frame kernels, one launch per call: downsampling by an integer factor f (a frame to the
+tracking resolution, the tracker's pyramid levels) and the depth-edge mask.
 
-The model (every backend), for output pixel (y, x) of (H // f, W // f) (rows and columns beyond a
-whole block are dropped):
+Downsampling (every backend), for output pixel (y, x) of (H // f, W // f) (rows and columns beyond
+a whole block are dropped):
 
     colour = mean of the f x f input block          (summed row by row, then / f^2: avg_pool2d)
     depth  = median of the block's valid depths     (valid: 0 < d < inf; an even count takes the
@@ -14,6 +14,15 @@ frame equals one loaded at that resolution. The PyTorch formulation (``reference
 oracle) takes about fifteen launches; the kernel (``cuda``, csrc/frame_cuda.cu: one thread per
 output pixel) one, and its ``cpu`` twin (csrc/frame_cpu.cpp) shares the per-pixel math
 (csrc/frame_math.h).
+
+Depth-edge mask (``depth_edge_mask``), for pixel (y, x) of (H, W) depth d:
+
+    ok = d > 0  and  max(valid 3x3 neighbours) - min(valid 3x3 neighbours) <= max_jump * d
+
+(the neighbours inside the image, the pixel itself included; invalid ones (not > 0) count as 0 in
+the max and 1e6 in the min, so they are ignored). It drops unreliable depth at object edges and
+the misregistered colour/depth borders of Kinect-style sensors. ``edge_mask_reference`` is the
+PyTorch formulation (about twelve launches), the kernels share ``sr::depth_edge_ok``.
 """
 from __future__ import annotations
 
@@ -65,3 +74,29 @@ def downsample(color: torch.Tensor, depth: torch.Tensor, factor: int,
         return reference(color, depth, factor)
     out = _ext.get(backend).downsample(color.contiguous(), depth.contiguous(), factor)
     return out[0], out[1]
+
+
+def edge_mask_reference(depth: torch.Tensor, max_jump: float = 0.1) -> torch.Tensor:
+    """The depth-edge mask with PyTorch ops (the oracle of the tests)."""
+    d = depth[None, None]
+    valid = d > 0
+    big = torch.where(valid, d, torch.full_like(d, 1e6))
+    dmax = F.max_pool2d(torch.where(valid, d, torch.zeros_like(d)), 3, 1, 1)
+    dmin = -F.max_pool2d(-big, 3, 1, 1)
+    ok = valid & ((dmax - dmin) <= max_jump * d)
+    return ok[0, 0]
+
+
+def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1, backend: str = "auto") -> torch.Tensor:
+    """(H, W) bool on ``depth``'s device: valid depth (> 0, metres) away from depth edges, where no
+    valid 3x3 neighbour is nearer or farther than ``max_jump`` x the depth (the model above).
+    ``depth``: (H, W) float32."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if depth.dim() != 2 or depth.dtype != torch.float32:
+        raise ValueError(f"depth must be (H, W) float32, got {tuple(depth.shape)} {depth.dtype}")
+    if backend == "auto":
+        backend = "cuda" if depth.is_cuda else "cpu"
+    if backend == "reference":
+        return edge_mask_reference(depth, max_jump)
+    return _ext.get(backend).depth_edge_mask(depth.contiguous(), float(max_jump))

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import rasterizer
+from rasterizer import depth_edge_mask  # noqa: F401  (re-exported: the tracker's depth-edge mask)
 from slam.data.preprocess import scale_K
 
 
@@ -47,16 +47,3 @@ class Observation:
             return self
         color, depth = rasterizer.downsample(self.color, self.depth, factor)
         return Observation(color, depth, scale_K(self.K, factor))
-
-
-def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1) -> torch.Tensor:
-    """(H, W) bool: True where depth is valid and no 3x3 neighbour differs by more than
-    ``max_jump`` (relative, times depth) or is invalid. Removes unreliable depth at object edges
-    (and the misregistered colour/depth borders of Kinect-style sensors)."""
-    d = depth[None, None]
-    valid = d > 0
-    big = torch.where(valid, d, torch.full_like(d, 1e6))
-    dmax = F.max_pool2d(torch.where(valid, d, torch.zeros_like(d)), 3, 1, 1)
-    dmin = -F.max_pool2d(-big, 3, 1, 1)
-    ok = valid & ((dmax - dmin) <= max_jump * d)
-    return ok[0, 0]

@@ -45,6 +45,7 @@ void adam_rows_cuda(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq
 
 std::vector<at::Tensor> downsample_cuda(const at::Tensor& color, const at::Tensor& depth,
                                         int64_t factor);
+at::Tensor depth_edge_mask_cuda(const at::Tensor& depth, double max_jump);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Sphere rasterizer, CUDA kernels";
@@ -56,4 +57,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("robust_normal_equations", &robust_normal_equations_cuda, "robust normal equations (CUDA)");
   m.def("adam_rows", &adam_rows_cuda, "packed-row Adam update (CUDA)");
   m.def("downsample", &downsample_cuda, "image downsampling: mean colour, median valid depth (CUDA)");
+  m.def("depth_edge_mask", &depth_edge_mask_cuda, "valid depth away from depth edges (CUDA)");
 }

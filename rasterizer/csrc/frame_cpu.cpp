@@ -1,4 +1,4 @@
-// CPU twin of the image downsampling kernel (frame_cuda.cu; the model is in rasterizer/frame.py,
+// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask; the model is in rasterizer/frame.py,
 // the per-pixel math in frame_math.h): output rows in parallel.
 #include <torch/extension.h>
 
@@ -21,4 +21,17 @@ std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x) sr::downsample_pixel<sr::kMaxDownsample>(y, x, f, W, w, c, d, oc, od);
   return {out_color, out_depth};
+}
+
+at::Tensor depth_edge_mask_cpu(const at::Tensor& depth, double max_jump) {
+  sr::check_depth_image(depth, /*cuda=*/false);
+  const int64_t H = depth.size(0), W = depth.size(1);
+  auto out = at::empty({H, W}, depth.options().dtype(at::kBool));
+  const float* d = depth.data_ptr<float>();
+  bool* o = out.data_ptr<bool>();
+  const float mj = (float)max_jump;
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (H * W > 16384)
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x) o[y * W + x] = sr::depth_edge_ok(y, x, H, W, d, mj);
+  return out;
 }

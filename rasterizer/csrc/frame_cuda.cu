@@ -1,6 +1,7 @@
-// CUDA image downsampling (the model is in rasterizer/frame.py, the per-pixel math in
-// frame_math.h, the CPU twin frame_cpu.cpp): colour and depth of a frame or pyramid level in one
-// launch, one thread per output pixel, where the PyTorch formulation took about fifteen.
+// CUDA frame kernels (the models are in rasterizer/frame.py, the per-pixel math in frame_math.h,
+// the CPU twins frame_cpu.cpp), one thread per output pixel: downsampling (colour and depth of a
+// frame or pyramid level in one launch, where the PyTorch formulation took about fifteen) and the
+// depth-edge mask (one launch instead of about twelve).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -25,6 +26,13 @@ __global__ void __launch_bounds__(kThreads)
   if (i < h * w) sr::downsample_pixel<MaxF>(i / w, i % w, f, W, w, color, depth, out_color, out_depth);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    depth_edge_kernel(int64_t H, int64_t W, const float* __restrict__ depth, float max_jump,
+                      bool* __restrict__ out) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < H * W) out[i] = sr::depth_edge_ok(i / W, i % W, H, W, depth, max_jump);
+}
+
 }  // namespace
 
 std::vector<at::Tensor> downsample_cuda(const at::Tensor& color, const at::Tensor& depth,
@@ -44,4 +52,17 @@ std::vector<at::Tensor> downsample_cuda(const at::Tensor& color, const at::Tenso
       out_color.data_ptr<float>(), out_depth.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out_color, out_depth};
+}
+
+at::Tensor depth_edge_mask_cuda(const at::Tensor& depth, double max_jump) {
+  sr::check_depth_image(depth, /*cuda=*/true);
+  const int64_t H = depth.size(0), W = depth.size(1);
+  auto out = at::empty({H, W}, depth.options().dtype(at::kBool));
+  if (H * W == 0) return out;
+  const c10::cuda::CUDAGuard guard(depth.device());
+  depth_edge_kernel<<<sr_cuda::blocks_for(H * W, kThreads), kThreads, 0,
+                      c10::cuda::getCurrentCUDAStream().stream()>>>(
+      H, W, depth.data_ptr<float>(), (float)max_jump, out.data_ptr<bool>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
 }

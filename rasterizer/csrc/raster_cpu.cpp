@@ -343,4 +343,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("robust_normal_equations", &robust_normal_equations_cpu, "robust normal equations (CPU)");
   m.def("adam_rows", &adam_rows_cpu, "packed-row Adam update (CPU)");
   m.def("downsample", &downsample_cpu, "image downsampling: mean colour, median valid depth (CPU)");
+  m.def("depth_edge_mask", &depth_edge_mask_cpu, "valid depth away from depth edges (CPU)");
 }

@@ -106,3 +106,4 @@ void adam_rows_cpu(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq,
 // frame_cpu.cpp: (H, W, 3) colour and (H, W) depth downsampled by `factor` (rasterizer/frame.py).
 std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor& depth,
                                        int64_t factor);
+at::Tensor depth_edge_mask_cpu(const at::Tensor& depth, double max_jump);

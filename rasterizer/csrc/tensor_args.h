@@ -179,4 +179,9 @@ inline void check_images(const at::Tensor& color, const at::Tensor& depth, int64
               "], got ", factor);
 }
 
+inline void check_depth_image(const at::Tensor& depth, bool cuda) {
+  check_input(depth, "depth", cuda);
+  TORCH_CHECK(depth.dim() == 2, "depth must be (H, W)");
+}
+
 }  // namespace sr
