@@ -45,8 +45,9 @@ class TrackingConfig:
     solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass per LM
                                     # evaluation gives the exact normal equations, the LM state
                                     # stays on the device (one host wait per frame; CUDA graphs):
-                                    # H200 7-Scenes 145-165 vs 18-22 FPS tracking, but 2.67-2.81
-                                    # vs 2.50-2.61 cm ATE (docs/benchmarks.md, tenth session), so
+                                    # H200 7-Scenes 160-167 vs 20 FPS tracking, 2.62-2.74 vs
+                                    # 2.62-2.65 cm ATE (docs/benchmarks.md, eleventh session) but
+                                    # weaker at wide baselines (stride 8), so
                                     # the Jetson configs use it and the desktop default is renders:
                                     # image-gradient / finite-difference Jacobians over renders
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
