@@ -1,6 +1,7 @@
 """A frame's images as device tensors, with the image pyramid and depth-edge masking SLAM uses."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,9 @@ class Observation:
     @staticmethod
     def from_numpy(color: np.ndarray, depth: np.ndarray, K: np.ndarray, device: torch.device) -> "Observation":
         """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors."""
-        c = torch.from_numpy(np.ascontiguousarray(color)).to(device, non_blocking=True) / 255.0
-        d = torch.from_numpy(np.ascontiguousarray(depth, dtype=np.float32)).to(device, non_blocking=True)
+        color = np.asarray(color)
+        c = upload(color, device, color.dtype) / 255.0
+        d = upload(depth, device, np.float32)
         k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
         return Observation(c, d, k)
 
@@ -47,3 +49,45 @@ class Observation:
             return self
         color, depth = rasterizer.downsample(self.color, self.depth, factor)
         return Observation(color, depth, scale_K(self.K, factor))
+
+
+_staging = threading.local()   # per thread: {(shape, dtype, device): StagedUpload}
+
+
+class StagedUpload:
+    """A page-locked host buffer for one image shape and dtype, and the event of its last upload."""
+
+    def __init__(self, shape, dtype, device: torch.device) -> None:
+        self.host = torch.from_numpy(np.empty(shape, dtype)).pin_memory()
+        self.view = self.host.numpy()
+        self.event = torch.cuda.Event()
+        self.pending = False
+        self.device = device
+
+    def __call__(self, array: np.ndarray) -> torch.Tensor:
+        if self.pending:
+            self.event.synchronize()   # the previous upload still reads the buffer
+        np.copyto(self.view, array, casting="unsafe")
+        out = self.host.to(self.device, non_blocking=True)
+        self.event.record(torch.cuda.current_stream(self.device))
+        self.pending = True
+        return out
+
+
+def upload(array: np.ndarray, device: torch.device, dtype) -> torch.Tensor:
+    """``array`` as ``dtype`` on ``device`` (a new tensor on CUDA; on the CPU it may share memory
+    with ``array``). On CUDA through a page-locked staging buffer of this thread: one host copy,
+    then an asynchronous DMA; a copy from pageable memory is done by the host and cost ~0.4 ms of
+    host time per 640x480 frame (H200 host, cProfile of the tracking step)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype))
+    staged = getattr(_staging, "buffers", None)
+    if staged is None:
+        staged = _staging.buffers = {}
+    key = (array.shape, np.dtype(dtype).str, device)
+    stage = staged.get(key)
+    if stage is None:
+        stage = staged[key] = StagedUpload(array.shape, dtype, device)
+    return stage(array)
+

@@ -7,11 +7,12 @@
 //      [start, end) in the pair list (cut at the room when capped), a fill cursor per tile and the
 //      pair count M (exact binning: the host waits for M here and sizes the list by it)
 //   -> emit_kernel: one thread per sphere: a slot in each of its tiles' ranges (atomic cursor);
-//      the slot's key is (depth bits << 32 | sphere index): unique, and ordered as the render
-//      needs (front to back, ties by index)
-//   -> sort_tiles_kernel: one block per tile sorts its keys (bitonic sort in shared memory; a
-//      list longer than kSortShared: sorted runs of kSortShared merged in global memory through
-//      a scratch list) and writes the sphere ids.
+//      the slot's key is (depth bits << index bits | sphere index): unique, and ordered as the
+//      render needs (front to back, ties by index)
+//   -> sort_tiles_kernel: one block per tile sorts its keys in shared memory (a bitonic sort up
+//      to kBitonicMax keys, a block radix sort over the key's bits up to kSortShared; a longer
+//      list as sorted runs of kSortShared merged in global memory through a scratch list) and
+//      writes the sphere ids.
 // Each tile's list comes out in (depth, index) order whatever order the atomics gave the slots,
 // the order of the CPU twin (raster_cpu.cpp: a stable sort by depth, then by tile).
 #include <ATen/ATen.h>
@@ -29,7 +30,17 @@ constexpr int kProjectBlock = 256;
 constexpr int kScanBlock = 1024;
 constexpr int kSortBlock = 512;
 constexpr int kSortShared = 4096;  // keys a sort block holds in shared memory (32 KiB)
+constexpr int kBitonicMax = 1024;  // longer lists: the radix sort (O(n) per pass, not O(n log^2 n))
+constexpr int kRadixItems = kSortShared / kSortBlock;
 constexpr uint64_t kNoKey = ~0ull;  // padding: sorts after every real key
+using BlockRadix = cub::BlockRadixSort<uint64_t, kSortBlock, kRadixItems>;
+
+// Bits of a sphere index for n spheres (at least 1).
+inline int index_bits(int n) {
+  int b = 1;
+  while (b < 31 && (1 << b) < n) ++b;
+  return b;
+}
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
@@ -90,7 +101,7 @@ __global__ void __launch_bounds__(kScanBlock)
 
 // One thread per sphere: a slot in each of its tiles (slots at or past the tile's cut end are
 // dropped: only when capped binning overflowed).
-__global__ void emit_kernel(int n, sr::Camera cam, const float* __restrict__ means,
+__global__ void emit_kernel(int n, int idx_bits, sr::Camera cam, const float* __restrict__ means,
                             const float4* __restrict__ splats, const int2* __restrict__ ranges,
                             int32_t* __restrict__ cursor, uint64_t* __restrict__ keys) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -98,7 +109,7 @@ __global__ void emit_kernel(int n, sr::Camera cam, const float* __restrict__ mea
   const float4 g = splats[i];
   int tx0, tx1, ty0, ty1;
   if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) return;  // culled: zeros
-  const uint64_t key = ((uint64_t)sr::depth_key(means[3 * i + 2], true) << 32) | (uint32_t)i;
+  const uint64_t key = ((uint64_t)sr::depth_key(means[3 * i + 2], true) << idx_bits) | (uint32_t)i;
   for (int ty = ty0; ty < ty1; ++ty)
     for (int tx = tx0; tx < tx1; ++tx) {
       const int t = ty * cam.tiles_x + tx;
@@ -124,13 +135,34 @@ __device__ void bitonic_sort(uint64_t* s, int p) {
   __syncthreads();
 }
 
-// Sorts src[0, len) (at most kSortShared keys) through shared memory `s` into dst[0, len).
-__device__ void sort_run(const uint64_t* src, uint64_t* dst, int len, uint64_t* s) {
-  int p = 1;
-  while (p < len) p <<= 1;
-  for (int k = threadIdx.x; k < p; k += blockDim.x) s[k] = k < len ? src[k] : kNoKey;
-  bitonic_sort(s, p);
-  for (int k = threadIdx.x; k < len; k += blockDim.x) dst[k] = s[k];
+union SortShared {
+  uint64_t keys[kSortShared];
+  typename BlockRadix::TempStorage radix;
+};
+
+// Sorts src[0, len) (at most kSortShared keys, of `bits` significant bits) through shared memory
+// into dst[0, len) (may be src).
+__device__ void sort_run(const uint64_t* src, uint64_t* dst, int len, int bits, SortShared& sm) {
+  if (len <= kBitonicMax) {
+    int p = 1;
+    while (p < len) p <<= 1;
+    for (int k = threadIdx.x; k < p; k += blockDim.x) sm.keys[k] = k < len ? src[k] : kNoKey;
+    bitonic_sort(sm.keys, p);
+    for (int k = threadIdx.x; k < len; k += blockDim.x) dst[k] = sm.keys[k];
+  } else {  // blocked arrangement: thread t holds keys [t * kRadixItems, (t + 1) * kRadixItems)
+    uint64_t items[kRadixItems];
+#pragma unroll
+    for (int j = 0; j < kRadixItems; ++j) {
+      const int k = threadIdx.x * kRadixItems + j;
+      items[j] = k < len ? src[k] : kNoKey;
+    }
+    BlockRadix(sm.radix).Sort(items, 0, bits);
+#pragma unroll
+    for (int j = 0; j < kRadixItems; ++j) {
+      const int k = threadIdx.x * kRadixItems + j;
+      if (k < len) dst[k] = items[j];
+    }
+  }
   __syncthreads();
 }
 
@@ -155,18 +187,19 @@ __device__ void merge_runs(const uint64_t* a, int na, const uint64_t* b, int nb,
 // One block per tile: its keys sorted ascending, then ids[k] = the sphere index of key k.
 // `scratch` (as long as `keys`) is used only by lists longer than kSortShared.
 __global__ void __launch_bounds__(kSortBlock)
-    sort_tiles_kernel(const int2* __restrict__ ranges, uint64_t* __restrict__ keys,
+    sort_tiles_kernel(const int2* __restrict__ ranges, int idx_bits, uint64_t* __restrict__ keys,
                       uint64_t* __restrict__ scratch, int32_t* __restrict__ ids) {
-  __shared__ uint64_t s[kSortShared];
+  __shared__ SortShared sm;
+  const int bits = 31 + idx_bits;  // a positive float's bits, then the index
   const int2 r = ranges[blockIdx.x];
   const int len = r.y - r.x;
   if (len <= 0) return;
   uint64_t* src = keys + r.x;
   if (len <= kSortShared) {
-    sort_run(src, src, len, s);
+    sort_run(src, src, len, bits, sm);
   } else {
     uint64_t* dst = scratch + r.x;
-    for (int c = 0; c < len; c += kSortShared) sort_run(src + c, src + c, min(kSortShared, len - c), s);
+    for (int c = 0; c < len; c += kSortShared) sort_run(src + c, src + c, min(kSortShared, len - c), bits, sm);
     for (int run = kSortShared; run < len; run *= 2) {
       for (int c = 0; c < len; c += 2 * run) {
         const int na = min(run, len - c), nb = max(0, min(run, len - c - run));
@@ -178,7 +211,8 @@ __global__ void __launch_bounds__(kSortBlock)
       dst = t;
     }
   }
-  for (int k = threadIdx.x; k < len; k += blockDim.x) ids[r.x + k] = (int32_t)(uint32_t)src[k];
+  const uint64_t mask = (1ull << idx_bits) - 1;
+  for (int k = threadIdx.x; k < len; k += blockDim.x) ids[r.x + k] = (int32_t)(src[k] & mask);
 }
 
 // Pinned host word and event per (thread, device) for the pair count of exact binning.
@@ -251,9 +285,9 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
     at::Tensor keys = at::empty({2 * m}, opt.dtype(at::kLong));  // keys | merge scratch
     auto* kp = reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>());
     emit_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
-        n, cam, means.data_ptr<float>(), splats, ranges, cursor, kp);
+        n, index_bits(n), cam, means.data_ptr<float>(), splats, ranges, cursor, kp);
     SR_CHECK_CUDA();
-    sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, kp, kp + m,
+    sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, index_bits(n), kp, kp + m,
                                                           b.ids.data_ptr<int32_t>());
     SR_CHECK_CUDA();
   }
