@@ -37,10 +37,11 @@ def test_many_tiles():
     compare(s, "cpu", "cuda", "cpu", "cuda")
 
 
-@pytest.mark.parametrize("n", [4096, 9000])
+@pytest.mark.parametrize("n", [2500, 4096, 9000])
 def test_long_tile_lists(n):
-    # n spheres over 2 x 2 tiles: lists of exactly the shared-memory sort's 4,096 keys, and of
-    # ~9,000 (runs of 4,096 merged in global memory, an odd run left over)
+    # n spheres over 2 x 2 tiles: lists sorted by the block radix sort (~2,500: padded; exactly
+    # the 4,096 it holds), and of ~9,000 (radix-sorted runs of 4,096 and a bitonic-sorted rest
+    # merged in global memory)
     s = random_scene(n, 32, 32, seed=n, r=(0.05, 0.3), opacity=(0.01, 0.05))
     if n == 4096:   # every sphere in every tile: all four lists are 4,096 long
         s["means"][:, :2] = 0.0
