@@ -1,12 +1,13 @@
 // The tiling of a render on the GPU (sr_cuda::bin_spheres, raster_cuda.h), shared by the render
 // (raster_cuda.cu) and the fused Gauss-Newton pass (gn_cuda.cu). Five launches, no global sort:
 //   zero the tile counts
-//   -> project_count_kernel: one thread per sphere: its splat (sr::project_sphere) and its tile
-//      rectangle (sr::tile_rect); adds 1 to each of its tiles' counts
+//   -> project_count_kernel: per sphere its splat (sr::project_sphere) and its tile rectangle
+//      (sr::tile_rect); adds 1 to each of its tiles' counts (per block in shared memory first)
 //   -> tile_offsets_kernel: one block: exclusive scan of the tile counts -> each tile's range
 //      [start, end) in the pair list (cut at the room when capped), a fill cursor per tile and the
 //      pair count M (exact binning: the host waits for M here and sizes the list by it)
-//   -> emit_kernel: one thread per sphere: a slot in each of its tiles' ranges (atomic cursor);
+//   -> emit_kernel: per sphere a slot in each of its tiles' ranges (an atomic cursor per tile;
+//      a block reserves its pairs' slots per tile at once);
 //      the slot's key is (depth bits << index bits | sphere index): unique, and ordered as the
 //      render needs (front to back, ties by index)
 //   -> sort_tiles_kernel: one block per tile sorts its keys in shared memory (a bitonic sort up
@@ -26,7 +27,9 @@
 
 namespace {
 
-constexpr int kProjectBlock = 256;
+constexpr int kProjectBlock = 1024;
+constexpr int kSharedTiles = 4096;  // per-block tile counters in shared memory up to this many tiles
+constexpr int kBlocksPerSM = 2;     // grid of the per-sphere kernels: a few large blocks per SM
 constexpr int kScanBlock = 1024;
 constexpr int kSortBlock = 512;
 constexpr int kSortShared = 4096;  // keys a sort block holds in shared memory (32 KiB)
@@ -50,22 +53,51 @@ __device__ __forceinline__ int tile_rect_of(const float4& g, const sr::Camera& c
   return sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
 }
 
-// One thread per sphere: splat (culled: zeros, no tiles) and its tiles' counts.
-__global__ void project_count_kernel(int n, const float* __restrict__ means,
-                                     const float* __restrict__ radii, sr::Camera cam,
-                                     float4* __restrict__ splats, int32_t* __restrict__ counts) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+// Sphere i's tile rectangle (empty when culled) and, with `splats`, its splat written there.
+__device__ __forceinline__ void sphere_tiles(int i, const float* __restrict__ means,
+                                             const float* __restrict__ radii, const sr::Camera& cam,
+                                             float4* __restrict__ splats, int& tx0, int& tx1,
+                                             int& ty0, int& ty1) {
   sr::Splat s{0.f, 0.f, 0.f, 0.f};
-  int tx0 = 0, tx1 = 0, ty0 = 0, ty1 = 0;
+  tx0 = tx1 = ty0 = ty1 = 0;
   if (!sr::project_sphere(means[3 * i], means[3 * i + 1], means[3 * i + 2], radii[i], cam, s) ||
       sr::tile_rect(s, cam, tx0, tx1, ty0, ty1) == 0) {
     s = sr::Splat{0.f, 0.f, 0.f, 0.f};
     tx1 = tx0;
   }
   splats[i] = make_float4(s.u, s.v, s.ia, s.ic);
-  for (int ty = ty0; ty < ty1; ++ty)
-    for (int tx = tx0; tx < tx1; ++tx) atomicAdd(counts + ty * cam.tiles_x + tx, 1);
+}
+
+// Per-tile counters of one block in shared memory (SHARED: n_tiles <= kSharedTiles), added to the
+// global ones once per block and tile: a map's spheres crowd into a few hundred tiles, and one
+// global atomic per (sphere, tile) pair serialises on them (1M spheres: ~0.4 ms per kernel).
+template <bool SHARED>
+__device__ __forceinline__ int32_t* block_counters(int32_t* s_counts, int32_t* global, int n_tiles) {
+  if (!SHARED) return global;
+  for (int t = threadIdx.x; t < n_tiles; t += blockDim.x) s_counts[t] = 0;
+  __syncthreads();
+  return s_counts;
+}
+
+// Grid-stride over the spheres: splats (culled: zeros, no tiles) and the tiles' counts.
+template <bool SHARED>
+__global__ void __launch_bounds__(kProjectBlock)
+    project_count_kernel(int n, const float* __restrict__ means, const float* __restrict__ radii,
+                         sr::Camera cam, float4* __restrict__ splats, int32_t* __restrict__ counts) {
+  extern __shared__ int32_t s_counts[];
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  int32_t* c = block_counters<SHARED>(s_counts, counts, n_tiles);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int tx0, tx1, ty0, ty1;
+    sphere_tiles(i, means, radii, cam, splats, tx0, tx1, ty0, ty1);
+    for (int ty = ty0; ty < ty1; ++ty)
+      for (int tx = tx0; tx < tx1; ++tx) atomicAdd(c + ty * cam.tiles_x + tx, 1);
+  }
+  if (SHARED) {
+    __syncthreads();
+    for (int t = threadIdx.x; t < n_tiles; t += blockDim.x)
+      if (s_counts[t] != 0) atomicAdd(counts + t, s_counts[t]);
+  }
 }
 
 // One block: ranges[t] = [start, end) of tile t's slots (an exclusive scan of the counts, cut at
@@ -99,23 +131,46 @@ __global__ void __launch_bounds__(kScanBlock)
   }
 }
 
-// One thread per sphere: a slot in each of its tiles (slots at or past the tile's cut end are
-// dropped: only when capped binning overflowed).
-__global__ void emit_kernel(int n, int idx_bits, sr::Camera cam, const float* __restrict__ means,
-                            const float4* __restrict__ splats, const int2* __restrict__ ranges,
-                            int32_t* __restrict__ cursor, uint64_t* __restrict__ keys) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float4 g = splats[i];
-  int tx0, tx1, ty0, ty1;
-  if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) return;  // culled: zeros
-  const uint64_t key = ((uint64_t)sr::depth_key(means[3 * i + 2], true) << idx_bits) | (uint32_t)i;
-  for (int ty = ty0; ty < ty1; ++ty)
-    for (int tx = tx0; tx < tx1; ++tx) {
-      const int t = ty * cam.tiles_x + tx;
-      const int slot = atomicAdd(cursor + t, 1);
-      if (slot < ranges[t].y) keys[slot] = key;
+// Grid-stride over the spheres (the same spheres per block as project_count_kernel's grid): a
+// slot in each of their tiles, the key written there (slots at or past the tile's cut end are
+// dropped: only when capped binning overflowed). SHARED: the block counts its pairs per tile,
+// reserves them with one global atomic per tile, then ranks its pairs inside the reservation.
+template <bool SHARED>
+__global__ void __launch_bounds__(kProjectBlock)
+    emit_kernel(int n, int idx_bits, sr::Camera cam, const float* __restrict__ means,
+                const float4* __restrict__ splats, const int2* __restrict__ ranges,
+                int32_t* __restrict__ cursor, uint64_t* __restrict__ keys) {
+  extern __shared__ int32_t s_work[];  // SHARED: counts (then ranks) | reserved bases
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  const int stride = gridDim.x * blockDim.x;
+  if (SHARED) {
+    int32_t* c = block_counters<true>(s_work, nullptr, n_tiles);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+      const float4 g = splats[i];
+      int tx0, tx1, ty0, ty1;
+      if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) continue;
+      for (int ty = ty0; ty < ty1; ++ty)
+        for (int tx = tx0; tx < tx1; ++tx) atomicAdd(c + ty * cam.tiles_x + tx, 1);
     }
+    __syncthreads();
+    for (int t = threadIdx.x; t < n_tiles; t += blockDim.x) {
+      s_work[n_tiles + t] = s_work[t] != 0 ? atomicAdd(cursor + t, s_work[t]) : 0;
+      s_work[t] = 0;
+    }
+    __syncthreads();
+  }
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float4 g = splats[i];
+    int tx0, tx1, ty0, ty1;
+    if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) continue;  // culled: zeros
+    const uint64_t key = ((uint64_t)sr::depth_key(means[3 * i + 2], true) << idx_bits) | (uint32_t)i;
+    for (int ty = ty0; ty < ty1; ++ty)
+      for (int tx = tx0; tx < tx1; ++tx) {
+        const int t = ty * cam.tiles_x + tx;
+        const int slot = SHARED ? s_work[n_tiles + t] + atomicAdd(s_work + t, 1) : atomicAdd(cursor + t, 1);
+        if (slot < ranges[t].y) keys[slot] = key;
+      }
+  }
 }
 
 // Block-wide ascending bitonic sort of s[0, p), p a power of two.
@@ -258,9 +313,17 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
   auto* total = reinterpret_cast<long long*>(counts + 2 * n_tiles);
   auto* splats = reinterpret_cast<float4*>(b.splats.data_ptr<float>());
   auto* ranges = reinterpret_cast<int2*>(b.ranges.data_ptr<int32_t>());
+  // The per-sphere kernels: grid-stride over at most kBlocksPerSM blocks per SM, so that a block's
+  // shared counters aggregate many spheres; both kernels use the same grid.
+  const bool shared = n_tiles <= kSharedTiles;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, means.get_device()));
+  const int grid = std::max(1, std::min(blocks_for(n, kProjectBlock), kBlocksPerSM * sms));
+  const size_t count_smem = shared ? n_tiles * sizeof(int32_t) : 0;
   if (n > 0) {
-    project_count_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
-        n, means.data_ptr<float>(), radii.data_ptr<float>(), cam, splats, counts);
+    auto kernel = shared ? project_count_kernel<true> : project_count_kernel<false>;
+    kernel<<<grid, kProjectBlock, count_smem, stream>>>(n, means.data_ptr<float>(),
+                                                        radii.data_ptr<float>(), cam, splats, counts);
     SR_CHECK_CUDA();
   }
   const int64_t room = capped != nullptr ? capped->capacity : ((1ll << 31) - 1);
@@ -284,8 +347,10 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
   if (m > 0 && n > 0) {
     at::Tensor keys = at::empty({2 * m}, opt.dtype(at::kLong));  // keys | merge scratch
     auto* kp = reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>());
-    emit_kernel<<<blocks_for(n, kProjectBlock), kProjectBlock, 0, stream>>>(
-        n, index_bits(n), cam, means.data_ptr<float>(), splats, ranges, cursor, kp);
+    auto emit = shared ? emit_kernel<true> : emit_kernel<false>;
+    emit<<<grid, kProjectBlock, 2 * count_smem, stream>>>(n, index_bits(n), cam,
+                                                          means.data_ptr<float>(), splats, ranges,
+                                                          cursor, kp);
     SR_CHECK_CUDA();
     sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, index_bits(n), kp, kp + m,
                                                           b.ids.data_ptr<int32_t>());
