@@ -45,7 +45,7 @@ class TrackingConfig:
     solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass per LM
                                     # evaluation gives the exact normal equations, the LM state
                                     # stays on the device (one host wait per frame; CUDA graphs):
-                                    # H200 7-Scenes 160-167 vs 20 FPS tracking, 2.62-2.74 vs
+                                    # H200 7-Scenes 160-171 vs 20 FPS tracking, 2.62-2.84 vs
                                     # 2.62-2.65 cm ATE (docs/benchmarks.md, eleventh session) but
                                     # weaker at wide baselines (stride 8), so
                                     # the Jetson configs use it and the desktop default is renders:
