@@ -158,39 +158,3 @@ def test_fused_solver_tracks_with_half_the_renders_of_the_render_solver(sample_r
     assert renders["fused"] < 0.6 * renders["renders"], renders
     assert sample_run.ate_cm(runs["fused"]) < 1.0
     assert sample_run.ate_cm(runs["fused"]) < 1.5 * sample_run.ate_cm(runs["renders"]) + 0.05
-
-
-def test_coarse_radius_scale_widens_only_the_coarse_levels(sample_map, monkeypatch):
-    """``tracking.coarse_radius_scale``: the fused solver's coarser pyramid levels render the map
-    with scaled radii, the finest level with the map's own; tracking still converges from a start
-    3 degrees and 2 cm off."""
-    from dataclasses import replace
-
-    from rasterizer import lm_state
-    from slam.geometry import relative_motion
-    from slam.tracking.tracker import Levels, Tracker
-
-    cfg, system, frame = sample_map
-    snap = system.smap.latest()
-    obs = Observation.from_numpy(frame.color, frame.depth, frame.K, torch.device("cpu"))
-    start = invert(pivot_increment(np.array([0.03, -0.03, 0.02, 0.01, 0.01, -0.01]), 2.0) @ invert(frame.gt_pose))
-    seen = {}
-    real = lm_state.gauss_newton_lm
-
-    def spy(means, radii, *args, level, **kw):
-        seen.setdefault(level, radii)
-        return real(means, radii, *args, level=level, **kw)
-
-    monkeypatch.setattr(lm_state, "gauss_newton_lm", spy)
-    c = replace(cfg.tracking, solver="fused", coarse_radius_scale=1.5, pyramid_levels=2)
-    r = Tracker(c, cfg.quality, "cpu")._optimise(Levels(obs, 2), snap, start, c.iters)
-    assert torch.equal(seen[0], snap.radii * 1.5) and seen[1] is snap.radii
-    shift, turn = relative_motion(r.T_wc, frame.gt_pose)
-    assert shift < 0.005 and np.degrees(turn) < 0.3, (shift, np.degrees(turn))
-
-
-def test_coarse_radius_scale_must_be_positive(sample_run):
-    from slam.config import ConfigError
-
-    with pytest.raises(ConfigError, match="coarse_radius_scale"):
-        sample_run.cfg(5, "tracking.coarse_radius_scale=0")

@@ -216,8 +216,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:
         raise ConfigError("tracking.iters and mapping.iters must be >= 0")
-    if not cfg.tracking.coarse_radius_scale > 0.0:
-        raise ConfigError(f"tracking.coarse_radius_scale: must be > 0, got {cfg.tracking.coarse_radius_scale}")
     if not 0.0 <= cfg.tracking.coarse_share <= 1.0:
         raise ConfigError(f"tracking.coarse_share: must be in [0, 1], got {cfg.tracking.coarse_share}")
     if cfg.tracking.huber_color <= 0 or cfg.tracking.huber_depth <= 0:

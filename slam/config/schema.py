@@ -67,11 +67,6 @@ class TrackingConfig:
     alpha_threshold: float = 0.95   # pixels with rendered alpha above this count as known
     pyramid_levels: int = 2         # coarse-to-fine levels (1 = the finest only)
     coarse_share: float = 0.6       # share of the iterations spent on the coarser levels
-    coarse_radius_scale: float = 1.0  # solver fused: the spheres' radii x this on the coarser
-                                    # levels (scale space: a smoother cost whose Gauss-Newton
-                                    # steps reach further; the exact Jacobian of the sharp render
-                                    # takes steps 2-3x shorter than the render-difference solver's
-                                    # image-gradient one when the prior is degrees off); 1 = off
     downscale: int = 1              # frames are tracked (and relocalised) at the input / this
                                     # factor: the finest pyramid level
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour

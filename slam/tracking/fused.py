@@ -53,16 +53,10 @@ CAPTURE_AFTER = 2
 
 class Scene:
     """The map as the LM reads it: world-frame (N, 3) means, (N,) radii, (N, 3) colours, (N,)
-    opacities, float32 on the tracking device; ``coarse_radii`` (N,): the radii the coarser
-    pyramid levels render with (``tracking.coarse_radius_scale`` x radii; ``radii`` itself at 1)."""
+    opacities, float32 on the tracking device."""
 
-    def __init__(self, means, radii, colors, opacities, coarse_radii=None) -> None:
+    def __init__(self, means, radii, colors, opacities) -> None:
         self.means, self.radii, self.colors, self.opacities = means, radii, colors, opacities
-        self.coarse_radii = radii if coarse_radii is None else coarse_radii
-
-    def radii_at(self, level: int, levels: int):
-        """(N,) radii of pyramid ``level`` of ``levels`` (coarse to fine)."""
-        return self.radii if level == levels - 1 else self.coarse_radii
 
 
 class FusedSolver:
@@ -136,8 +130,7 @@ class FusedSolver:
         ``stop_when_done`` (CPU: the state is host memory) a finished level's loop ends early."""
         s = self.settings
         for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
-            evaluate = partial(L.gauss_newton_lm, scene.means, scene.radii_at(level, len(schedule)),
-                               scene.colors, scene.opacities,
+            evaluate = partial(L.gauss_newton_lm, scene.means, scene.radii, scene.colors, scene.opacities,
                                obs.K, obs.width, obs.height, obs.color, obs.depth, valid, state, level=level,
                                capacity=self.room_for(level, scene.means.shape[0]), **self.robust)
             L.lm_phase(state, L.BEGIN, s)
@@ -153,9 +146,7 @@ class FusedSolver:
     def _run_eager(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule, stop_when_done: bool) -> np.ndarray:
         state = L.new_state(T_cw, snapshot.device)
         state[L.PIVOT:L.PIVOT + 1] = pivot_depth(pyramid[-1][0].depth)
-        scale = self.cfg.coarse_radius_scale
-        scene = Scene(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities,
-                      None if scale == 1.0 else snapshot.radii * scale)
+        scene = Scene(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities)
         self.run_levels(scene, pyramid, state, schedule, stop_when_done)
         return self.read_back(state)
 
@@ -285,10 +276,8 @@ class FrameGraphs:
         if self.scene is None or self.scene.means.shape[0] < n:
             slots = _padded(n)
             f = dict(dtype=torch.float32, device=self.device)
-            radii = torch.empty(slots, **f)
-            coarse = None if self.solver.cfg.coarse_radius_scale == 1.0 else torch.empty(slots, **f)
-            self.scene = Scene(torch.empty(slots, 3, **f), radii, torch.empty(slots, 3, **f),
-                               torch.empty(slots, **f), coarse)
+            self.scene = Scene(torch.empty(slots, 3, **f), torch.empty(slots, **f),
+                               torch.empty(slots, 3, **f), torch.empty(slots, **f))
             self._reset()
         sc = self.scene
         sc.means[:n].copy_(snap.means)
@@ -297,8 +286,6 @@ class FrameGraphs:
         sc.opacities[:n].copy_(snap.opacities)
         sc.means[n:] = float("nan")
         sc.radii[n:] = 0.0
-        if sc.coarse_radii is not sc.radii:
-            torch.mul(sc.radii, self.solver.cfg.coarse_radius_scale, out=sc.coarse_radii)
         sc.colors[n:] = 0.0
         sc.opacities[n:] = 0.0
         self.scene_version = snap.version
