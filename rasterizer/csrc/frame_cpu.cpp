@@ -1,5 +1,5 @@
-// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask; the model is in rasterizer/frame.py,
-// the per-pixel math in frame_math.h): output rows in parallel.
+// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask; the models are in
+// rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel.
 #include <torch/extension.h>
 
 #include <vector>

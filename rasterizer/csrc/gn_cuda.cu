@@ -3,9 +3,9 @@
 //   pose Jacobian per sphere (pose_jacobian_kernel, one thread per sphere, once per call; it also
 //   zeroes the (kGnValues,) float64 result and, in the LM's evaluation, moves the world-frame
 //   means to the camera) -> the render's tiling (sr_cuda::bin_spheres, bin_cuda.cu: one host wait
-//   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 16x16 block per tile, shared-memory
-//   batches of 256 spheres front to back as in the render, each pixel carrying its pose
-//   derivatives (sr::gn_blend) and ending with its share of H, g, cost and the statistics
+//   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 16x16 block per
+//   tile, shared-memory batches of 256 spheres front to back as in the render, each pixel carrying
+//   its pose derivatives (sr::gn_blend) and ending with its share of H, g, cost and the statistics
 //   (sr::gn_pixel_values); per block the 50 values are summed in float (warp reduce-scatter, then
 //   8 warps through shared memory) and added into the result with one float64 atomic per value.
 // No image-sized buffer: the only outputs are the 50 float64 values.
