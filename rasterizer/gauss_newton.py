@@ -35,6 +35,14 @@ The model (identical in the backends ``cpu``, ``cuda`` and ``reference``)
   w = k / max(|r|, k), k = (hc, hc, hc, hd * depth_weight) for ``huber = (hc, hd)``.
 * Jacobian rows per covered pixel: colour gain dC/dtheta_pose, gain C (log gain), 1 (bias);
   depth depth_weight dD/dtheta_pose, 0 (exposure).
+* ``obs_weight`` b > 0 (an ESM-style blend): at a covered pixel whose observed depth z > 0 has a
+  neighbour with valid depth on each axis, the pose rows are (1 - b) x the exact rows above + b x
+  the observation's: colour -grad obs_c . (du, dv), depth depth_weight (dz - grad obs_d . (du, dv)),
+  where grad is the central difference over the axis' two neighbours with valid depth inside the
+  image (one-sided with one), and (du, dv, dz) the pixel motion and depth change per pose parameter
+  of the point z (xn, yn, 1) (xn = (px - cx) / fx at pixel centres px = 0, 1, ..). At the optimum
+  the render matches the observation, so these are the render's derivatives there; the blend
+  widens the basin of convergence. The cost, l1 and counts do not depend on b.
 * Reduced over covered pixels: H = J^T W J (8x8; the exposure rows and columns are 0 without
   exposure), g = J^T W r, cost = sum w r^2 (slam.tracking.lm.robust_cost), l1 = sum |r| (colour
   channels summed, plus the depth channel), and the counts of slam.tracking.quality.pixel_counts:
@@ -108,13 +116,15 @@ def f32(t: torch.Tensor) -> torch.Tensor:
 
 
 def _settings(pivot_z, gain, bias, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
-              exposure):
+              exposure, obs_weight=0.0):
     """The kernels' settings list (order: csrc/gn_math.h make_gn_settings)."""
     hc, hd = (float(h) for h in huber)
     floor, quad = (float(x) for x in depth_noise)
     dw = float(depth_weight)
+    if not 0.0 <= float(obs_weight) <= 1.0:
+        raise ValueError(f"obs_weight must be in [0, 1], got {obs_weight!r}")
     return [float(gain), float(bias), dw, hc, hc, hc, hd * dw, float(alpha_threshold), floor, quad,
-            float(color_tol), DEPTH_EPS, float(pivot_z), 1.0 if exposure else 0.0]
+            float(color_tol), DEPTH_EPS, float(pivot_z), 1.0 if exposure else 0.0, float(obs_weight)]
 
 
 def _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
@@ -146,7 +156,7 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
                  *, pivot_z: float, gain: float = 1.0, bias: float = 0.0, depth_weight: float,
                  huber, alpha_threshold: float, depth_noise, color_tol: float,
                  exposure: bool = True, derivatives: bool = True, background=None,
-                 backend: str = "auto") -> torch.Tensor:
+                 obs_weight: float = 0.0, backend: str = "auto") -> torch.Tensor:
     """One fused Gauss-Newton pass (the model is in this module's docstring).
 
     Args:
@@ -160,6 +170,7 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
         alpha_threshold: rendered alpha a pixel must exceed.  depth_noise: (floor m, quad 1/m).
         color_tol: colour-inlier tolerance.  exposure: 8 parameters (else 6).
         derivatives: False = cost and statistics only.  background: (3,) or None (black).
+        obs_weight: 0-1, the observation-gradient share of the pose rows (see the model).
         backend: 'auto' (cuda for CUDA tensors, else cpu) | 'cuda' | 'cpu' | 'reference'.
     Returns:
         (50,) float64 on the spheres' device; ``GaussNewtonResult.unpack`` reads it.
@@ -173,7 +184,7 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
     if backend == "cpu" and means.device.type != "cpu":
         raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
     settings = _settings(pivot_z, gain, bias, depth_weight, huber, alpha_threshold, depth_noise,
-                         color_tol, exposure)
+                         color_tol, exposure, obs_weight)
     if background is None:
         bg = zeros3(means.device, means.dtype)
     elif isinstance(background, torch.Tensor) and background.shape == (3,):

@@ -33,6 +33,52 @@ def apply_increment(means: torch.Tensor, delta: torch.Tensor, pivot_z: float) ->
     return means + (means - p) @ r_minus_i.T + d[3:]
 
 
+def observation_rows(obs_color: torch.Tensor, obs_depth: torch.Tensor, K: torch.Tensor,
+                     pivot_z: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The observation's pose rows (csrc/gn_math.h obs_gradient, obs_motion): per pixel and
+    channel (colour x3, depth) -grad obs . (du, dv), plus dz for the depth, for the surface point
+    at the observed depth, in float64. Gradients are central differences over the two neighbours
+    of an axis with valid depth (> 0) inside the image, one-sided with one. Returns rows
+    (H, W, 4, 6) and ok (H, W) bool (valid depth and a usable neighbour on both axes)."""
+    oc, od = obs_color.double(), obs_depth.double()
+    img = torch.cat([oc, od.unsqueeze(-1)], -1)                    # (H, W, 4)
+    h, w = od.shape
+    fx, fy, cx, cy = (float(v) for v in (K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
+    grads, ok = [], od > 0
+    for dim in (1, 0):                                             # u (columns), then v (rows)
+        n = od.shape[dim]
+        good = od > 0
+
+        def shifted(t, k, dim=dim, n=n):   # t[.., i + k, ..] along dim; False / 0 outside
+            idx = torch.arange(n, device=t.device) + k
+            inside = (idx >= 0) & (idx < n)
+            taken = t.index_select(dim, idx.clamp(0, n - 1))
+            shape = [1] * t.dim()
+            shape[dim] = n
+            return taken, inside.view(shape)
+
+        g_lo, in_lo = shifted(good, -1)
+        g_hi, in_hi = shifted(good, 1)
+        lo, hi = g_lo & in_lo, g_hi & in_hi
+        v_lo = torch.where(lo.unsqueeze(-1), shifted(img, -1)[0], img)
+        v_hi = torch.where(hi.unsqueeze(-1), shifted(img, 1)[0], img)
+        scale = torch.where(lo & hi, 0.5, 1.0).to(img.dtype).unsqueeze(-1)
+        grads.append(scale * (v_hi - v_lo))
+        ok = ok & (lo | hi)
+    gu, gv = grads
+    z = torch.where(ok, od, torch.ones_like(od))
+    xn = ((torch.arange(w, dtype=od.dtype, device=od.device) - cx) / fx).view(1, w).expand(h, w)
+    yn = ((torch.arange(h, dtype=od.dtype, device=od.device) - cy) / fy).view(h, 1).expand(h, w)
+    iz, rz = 1.0 / z, (z - pivot_z) / z
+    zero = torch.zeros_like(z)
+    du = [-fx * xn * yn, fx * (rz + xn * xn), -fx * yn, fx * iz, zero, -fx * xn * iz]
+    dv = [-fy * (rz + yn * yn), fy * xn * yn, fy * xn, zero, fy * iz, -fy * yn * iz]
+    dz = [yn * z, -xn * z, zero, zero, zero, torch.ones_like(z)]
+    rows = torch.stack([-(gu * du[k].unsqueeze(-1) + gv * dv[k].unsqueeze(-1)) for k in range(6)], -1)
+    rows[..., 3, :] += torch.stack(dz, -1)
+    return rows, ok
+
+
 def pack(H: torch.Tensor, g: torch.Tensor, stats) -> torch.Tensor:
     """(PACKED_SIZE,) float64 in the kernels' layout from H (8, 8), g (8,) and the six values
     (cost, l1, n_valid, n_covered, n_depth_in, n_color_in) (0-d tensors or floats)."""
@@ -46,7 +92,7 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
     inputs; ``settings``: the kernels' list (gauss_newton._settings). means etc. float32 or
     float64, K (3, 3), obs_color (H, W, 3), obs_depth (H, W), valid (H, W) bool,
     background (3,)."""
-    gain, bias, dw, k0, k1, k2, k3, thr, floor, quad, tol, _eps, pivot_z, exposure = settings
+    gain, bias, dw, k0, k1, k2, k3, thr, floor, quad, tol, _eps, pivot_z, exposure, obs_w = settings
     K = K.to(means.device, means.dtype)
 
     def render(delta):
@@ -77,6 +123,11 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
         J = torch.zeros(height, width, 4, N_PARAMS, dtype=torch.float64, device=r.device)
         J[..., :3, :6] = gain * jc.double()            # (H, W, 3, 6)
         J[..., 3, :6] = dw * jd.double()               # (H, W, 6)
+        if obs_w > 0:
+            rows, ok = observation_rows(obs_color, obs_depth, K, pivot_z)
+            b = (obs_w * (ok & valid)).unsqueeze(-1).unsqueeze(-1).double()   # (H, W, 1, 1)
+            rows[..., 3, :] *= dw
+            J[..., :6] = (1 - b) * J[..., :6] + b * rows
         if exposure:
             J[..., :3, 6] = gain * c.double()          # d r_colour / d log gain
             J[..., :3, 7] = 1.0                        # d r_colour / d bias

@@ -99,7 +99,7 @@ def lm_phase(state: torch.Tensor, phase: int, settings: list) -> None:
 def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
                     state: torch.Tensor, *, level: int, capacity: int, depth_weight: float, huber,
                     alpha_threshold: float, depth_noise, color_tol: float, exposure: bool = True,
-                    background=None) -> None:
+                    obs_weight: float = 0.0, background=None) -> None:
     """One evaluation of the device LM: ``rasterizer.gauss_newton`` with derivatives at the
     state's trial pose and exposure, into its TRIAL slot (see the module docstring).
 
@@ -115,7 +115,7 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
               "auto", huber, depth_noise)
     bg = zeros3(means.device, means.dtype) if background is None else background
     settings = _settings(0.0, 1.0, 0.0, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
-                         exposure)
+                         exposure, obs_weight)
     _ext.get("cuda" if means.is_cuda else "cpu").gauss_newton_lm(
         f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
         f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings, state,

@@ -55,6 +55,7 @@ def test_unknown_key_names_key_and_close_match(tmp_path):
         ("data.intrinsics=[1, 2]", r"data\.intrinsics"),
         ("mapping.lr_means=[1]", r"mapping\.lr_means: expected a number"),
         ("tracking.analytic_iters=-1", r"tracking\.analytic_iters: must be >= 0"),
+        ("tracking.obs_gradient=1.5", r"tracking\.obs_gradient: must be in \[0, 1\]"),
         ("mapping.keyframe_downscale=0", r"mapping\.keyframe_downscale: must be >= 1"),
         ("viewer.bind=robot.local", r"viewer\.bind: an IP address"),
         ("viewer.web_port=9876", r"viewer\.grpc_port / viewer\.web_port: .*different"),

@@ -41,6 +41,32 @@ def test_cuda_matches_oracle_options(kw):
     assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5)
 
 
+@pytest.mark.parametrize("seed, weight", [(0, 0.5), (1, 1.0)])
+def test_cuda_observation_term_matches_oracle(seed, weight):
+    s = random_scene(80, 64, 48, seed=seed)
+    obs = gn_observation(s, seed=seed)
+    a = gn_run(s, "cuda", obs, device="cuda", obs_weight=weight)
+    b = gn_run(s, "reference", obs, obs_weight=weight)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, name=f"seed {seed}")
+
+
+@pytest.mark.parametrize("name", ["near_far_behind", "huge_and_subpixel", "odd_nonsquare", "empty"])
+def test_cuda_observation_term_awkward(name):
+    s = ADV.get(name) or AWK[name]
+    obs = gn_observation(s, seed=1)
+    a = gn_run(s, "cuda", obs, device="cuda", obs_weight=0.5)
+    b = gn_run(s, "reference", obs, obs_weight=0.5)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, name=name)
+
+
+def test_cuda_observation_term_matches_cpu_larger():
+    s = random_scene(20000, 320, 240, seed=21)
+    obs = gn_observation(s, seed=21)
+    a = gn_run(s, "cuda", obs, device="cuda", obs_weight=0.5)
+    b = gn_run(s, "cpu", obs, obs_weight=0.5)
+    assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=max(2, 320 * 240 // 10000))
+
+
 @pytest.mark.parametrize("n, w, h", [(2000, 160, 120), (3000, 203, 97), (20000, 320, 240)])
 def test_cuda_matches_cpu_larger(n, w, h):
     s = random_scene(n, w, h, seed=n)

@@ -77,7 +77,8 @@ def test_propose_is_the_host_solvers_step(exposure):
     assert got[L.STEP_MAX] == pytest.approx(np.abs(step[:6]).max())
 
 
-def test_evaluation_is_the_pass_at_the_trial_pose():
+@pytest.mark.parametrize("obs_weight", [0.0, 0.5])
+def test_evaluation_is_the_pass_at_the_trial_pose(obs_weight):
     scene = random_scene(300, 64, 48, seed=3)
     obs = gn_observation(scene, seed=3)
     inputs = lm_eval_inputs(scene, obs, "cpu")
@@ -87,11 +88,11 @@ def test_evaluation_is_the_pass_at_the_trial_pose():
     s[L.TRIAL_EXP:L.TRIAL_EXP + 2] = (np.log(GN_SETTINGS["gain"]), GN_SETTINGS["bias"])
     s[L.PIVOT] = GN_SETTINGS["pivot_z"]
     state = torch.from_numpy(s)
-    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, obs_weight=obs_weight, **LM_ROBUST)
     got = rasterizer.GaussNewtonResult.unpack(state[L.TRIAL:].clone())
     means_c = transform_points(torch.from_numpy(T).float(), inputs[0])
     want = rasterizer.GaussNewtonResult.unpack(rasterizer.gauss_newton(
-        means_c, *inputs[1:7], *inputs[7:], **GN_SETTINGS, backend="cpu"))
+        means_c, *inputs[1:7], *inputs[7:], **GN_SETTINGS, obs_weight=obs_weight, backend="cpu"))
     assert_gn_close(got, want, rel=1e-5, rel_cost=1e-6, counts=1)
     assert want.n_covered > 300
     before = state.clone()
@@ -100,9 +101,11 @@ def test_evaluation_is_the_pass_at_the_trial_pose():
     assert torch.equal(state[L.TRIAL:], before[L.TRIAL:])
 
 
-def test_levels_converge_from_a_perturbed_pose():
+@pytest.mark.parametrize("obs_weight", [0.0, 0.5])
+def test_levels_converge_from_a_perturbed_pose(obs_weight):
     """BEGIN, evaluate, START, then PROPOSE / evaluate / ACCEPT: from 2 cm / 1 degree off, the pose
-    the observation was rendered at (GN_DELTA about the pivot) is found."""
+    the observation was rendered at (GN_DELTA about the pivot) is found, with the exact Jacobian
+    and with the observation blend."""
     scene = random_scene(1500, 96, 72, seed=11)
     delta = (0.004, -0.006, 0.003, 0.01, -0.008, 0.012)
     obs = gn_observation(scene, delta=delta, seed=11, noise=(0.01, 0.005), holes=0.05)
@@ -112,12 +115,12 @@ def test_levels_converge_from_a_perturbed_pose():
     state[L.PIVOT] = GN_SETTINGS["pivot_z"]
     st = settings(converged_step=1e-7)
     L.lm_phase(state, L.BEGIN, st)
-    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+    L.gauss_newton_lm(*inputs, state, level=0, capacity=1, obs_weight=obs_weight, **LM_ROBUST)
     L.lm_phase(state, L.START, st)
     cost0 = float(state[L.CUR + L.COST])
     for _ in range(15):
         L.lm_phase(state, L.PROPOSE, st)
-        L.gauss_newton_lm(*inputs, state, level=0, capacity=1, **LM_ROBUST)
+        L.gauss_newton_lm(*inputs, state, level=0, capacity=1, obs_weight=obs_weight, **LM_ROBUST)
         L.lm_phase(state, L.ACCEPT, st)
     T = state[L.T:L.T + 16].numpy().reshape(4, 4)
     assert float(state[L.CUR + L.COST]) < 0.5 * cost0

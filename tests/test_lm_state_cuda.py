@@ -37,13 +37,13 @@ def test_cuda_phase_matches_oracle(phase, exposure, seed):
     np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=1e-10, atol=1e-12)
 
 
-def _eval_state(capacity, inputs):
+def _eval_state(capacity, inputs, obs_weight=0.0):
     s = L.new_state(np.eye(4), "cpu")
     s[L.TRIAL_T:L.TRIAL_T + 16] = torch.from_numpy(lm_pose().reshape(16))
     s[L.TRIAL_EXP:L.TRIAL_EXP + 2] = torch.tensor([0.1, -0.02], dtype=torch.float64)
     s[L.PIVOT] = 2.0
     state = s.to(inputs[0].device)
-    L.gauss_newton_lm(*inputs, state, level=1, capacity=capacity, **LM_ROBUST)
+    L.gauss_newton_lm(*inputs, state, level=1, capacity=capacity, obs_weight=obs_weight, **LM_ROBUST)
     return state.cpu()
 
 
@@ -63,6 +63,18 @@ def test_cuda_evaluation_and_pair_room(n, w, h):
     unpack = lambda s: rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
     assert_gn_close(unpack(exact), unpack(ample), rel=1e-6, rel_cost=1e-7, counts=0)
     assert_gn_close(unpack(ample), unpack(cpu), rel=1e-4, rel_cost=1e-5, counts=max(2, w * h // 10000))
+
+
+def test_cuda_evaluation_observation_term():
+    # the pivot of the observation rows comes from the state on CUDA as on the CPU
+    scene = random_scene(3000, 160, 120, seed=8)
+    obs = gn_observation(scene, seed=8)
+    cpu = _eval_state(1, lm_eval_inputs(scene, obs, "cpu"), obs_weight=0.5)
+    cuda = _eval_state(1 << 20, lm_eval_inputs(scene, obs, "cuda"), obs_weight=0.5)
+    exact = _eval_state(1 << 20, lm_eval_inputs(scene, obs, "cuda"))
+    unpack = lambda s: rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
+    assert_gn_close(unpack(cuda), unpack(cpu), rel=1e-4, rel_cost=1e-5, counts=2)
+    assert unpack(cuda).cost == unpack(exact).cost and not torch.equal(unpack(cuda).H, unpack(exact).H)
 
 
 # ------------------------------------------------------------------ the solver's CUDA graphs

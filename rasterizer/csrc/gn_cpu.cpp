@@ -74,8 +74,11 @@ void gn_tile(int t, const GnInputs& in, TileScratch& sc, double* acc) {
       const int q = tb.slot(px, py);
       const int64_t p = (int64_t)py * in.cam.width + px;
       const float* oc = in.obs_color + 3 * p;
+      sr::ObsGradient og{};
+      if (DERIV && in.st.obs_weight > 0.f && in.valid[p])
+        og = sr::obs_gradient(in.obs_color, in.obs_depth, px, py, in.cam);
       sr::gn_pixel_values<DERIV>(sc.state[q], in.st, in.valid[p], in.bg[0], in.bg[1], in.bg[2],
-                                 oc[0], oc[1], oc[2], in.obs_depth[p], v);
+                                 oc[0], oc[1], oc[2], in.obs_depth[p], og, in.cam.fx, in.cam.fy, v);
       for (int i = 0; i < sr::kGnValues; ++i) acc[i] += v[i];
     }
 }

@@ -112,13 +112,17 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   float v[kPad];
   if (inside) {
     const int p = pix.py * cam.width + pix.px;
-    if (lm != nullptr) {  // the LM state's trial exposure, read only here (no registers held)
+    if (lm != nullptr) {  // the LM state's trial exposure and pivot, read only here (no registers held)
       st.gain = (float)exp(lm[sr::kLmTrialExp]);
       st.bias = (float)lm[sr::kLmTrialExp + 1];
+      st.pivot_z = (float)lm[sr::kLmPivot];
     }
+    sr::ObsGradient og{};
+    if (DERIV && st.obs_weight > 0.f && valid[p])
+      og = sr::obs_gradient(obs_color, obs_depth, pix.px, pix.py, cam);
     sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
                                obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
-                               obs_depth[p], v);
+                               obs_depth[p], og, cam.fx, cam.fy, v);
   } else {
 #pragma unroll
     for (int i = 0; i < sr::kGnValues; ++i) v[i] = 0.f;

@@ -142,9 +142,10 @@ struct GnSettings {
   float huber[4];  // Huber thresholds of the residual channels (colour x3, depth x depth_weight)
   float alpha_threshold, noise_floor, noise_quad, color_tol, depth_eps, pivot_z;
   bool exposure;
+  float obs_weight;  // weight of the observed image's gradients in the pose rows (0: exact only)
 };
 
-constexpr int kGnSettings = 14;  // the host list: the fields above in order, exposure as 0/1
+constexpr int kGnSettings = 15;  // the host list: the fields above in order, exposure as 0/1
 
 inline GnSettings make_gn_settings(const double* s) {
   GnSettings g;
@@ -159,7 +160,62 @@ inline GnSettings make_gn_settings(const double* s) {
   g.depth_eps = (float)s[11];
   g.pivot_z = (float)s[12];
   g.exposure = s[13] != 0.0;
+  g.obs_weight = (float)s[14];
   return g;
+}
+
+// The observed frame's spatial gradients at pixel (px, py), for the pose rows' observation term:
+// per channel (colour x3, depth) d/du and d/dv by central differences over the neighbours with
+// valid depth (d > 0) inside the image, one-sided where only one of an axis' two is, and the
+// pixel's normalised coordinates and depth. ok = false (no observation term at this pixel) when
+// the pixel's depth is not valid or an axis has no usable neighbour.
+struct ObsGradient {
+  float gu[4], gv[4];
+  float xn, yn, z;
+  bool ok;
+};
+
+SR_HD ObsGradient obs_gradient(const float* color, const float* depth, int px, int py,
+                               const Camera& cam) {
+  ObsGradient og;
+  og.ok = false;
+  const int W = cam.width, H = cam.height;
+  const int64_t p = (int64_t)py * W + px;
+  og.z = depth[p];
+  if (!(og.z > 0.f)) return og;
+  og.xn = ((float)px - cam.cx) / cam.fx;
+  og.yn = ((float)py - cam.cy) / cam.fy;
+  // axis 0: u (stride 1), axis 1: v (stride W)
+  for (int axis = 0; axis < 2; ++axis) {
+    const int pos = axis == 0 ? px : py, size = axis == 0 ? W : H;
+    const int64_t step = axis == 0 ? 1 : W;
+    const bool lo = pos > 0 && depth[p - step] > 0.f;
+    const bool hi = pos + 1 < size && depth[p + step] > 0.f;
+    if (!lo && !hi) return og;
+    const int64_t a = lo ? p - step : p, b = hi ? p + step : p;
+    const float scale = (lo && hi) ? 0.5f : 1.0f;
+    float* g = axis == 0 ? og.gu : og.gv;
+#pragma unroll
+    for (int c = 0; c < 3; ++c) g[c] = scale * (color[3 * b + c] - color[3 * a + c]);
+    g[3] = scale * (depth[b] - depth[a]);
+  }
+  og.ok = true;
+  return og;
+}
+
+// Pixel motion (du, dv, px) and depth change (dz, m) of the observed surface point at og per unit
+// of pose parameter k (pose_jacobian's formulas for X = z (xn, yn, 1)).
+SR_HD void obs_motion(const ObsGradient& og, int k, float pivot_z, float fx, float fy, float& du,
+                      float& dv, float& dz) {
+  const float iz = 1.0f / og.z, xn = og.xn, yn = og.yn, rz = (og.z - pivot_z) * iz;
+  switch (k) {
+    case 0: du = -fx * xn * yn; dv = -fy * (rz + yn * yn); dz = yn * og.z; break;
+    case 1: du = fx * (rz + xn * xn); dv = fy * xn * yn; dz = -xn * og.z; break;
+    case 2: du = -fx * yn; dv = fy * xn; dz = 0.f; break;
+    case 3: du = fx * iz; dv = 0.f; dz = 0.f; break;
+    case 4: du = 0.f; dv = fy * iz; dz = 0.f; break;
+    default: du = -fx * xn * iz; dv = -fy * yn * iz; dz = 1.f; break;
+  }
 }
 
 // Adds w * (J J^T, J r, r^2) of one residual channel into v (J: 8 values).
@@ -183,7 +239,7 @@ SR_HD void gn_add_channel(const float* J, float r, float w, float* v) {
 template <bool DERIV>
 SR_HD void gn_pixel_values(const GnState& s, const GnSettings& st, bool valid, float bg0,
                            float bg1, float bg2, float obs0, float obs1, float obs2, float obs_d,
-                           float* v) {
+                           const ObsGradient& og, float fx, float fy, float* v) {
 #pragma unroll
   for (int i = 0; i < kGnValues; ++i) v[i] = 0.f;
   v[kGnValid] = valid ? 1.f : 0.f;
@@ -212,19 +268,37 @@ SR_HD void gn_pixel_values(const GnState& s, const GnSettings& st, bool valid, f
   v[kGnDepthIn] = fabsf(depth - obs_d) <= depth_tol ? 1.f : 0.f;
   v[kGnColorIn] = (fabsf(r[0]) + fabsf(r[1]) + fabsf(r[2])) / 3.0f <= st.color_tol ? 1.f : 0.f;
   if (DERIV) {
+    // Pose rows: (1 - b) x the render's exact derivative + b x the observation's (b = obs_weight
+    // where og is usable): at the optimum the render matches the observed frame, so moving the
+    // camera shifts it as it shifts the observation, r(u) -> r(u) - grad obs . du (+ dz for the
+    // depth): an ESM-style blend of the Jacobians at the current pose and at the solution.
+    const float b = og.ok ? st.obs_weight : 0.f, e = 1.0f - b;
     float J[kGnParams];
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
 #pragma unroll
-      for (int k = 0; k < kGnPose; ++k) J[k] = st.gain * (s.dC[3 * k + c] + s.dT[k] * bg[c]);
+      for (int k = 0; k < kGnPose; ++k) {
+        J[k] = e * (st.gain * (s.dC[3 * k + c] + s.dT[k] * bg[c]));
+        if (b > 0.f) {
+          float du, dv, dz;
+          obs_motion(og, k, st.pivot_z, fx, fy, du, dv, dz);
+          J[k] -= b * (og.gu[c] * du + og.gv[c] * dv);
+        }
+      }
       J[6] = st.exposure ? st.gain * col[c] : 0.f;
       J[7] = st.exposure ? 1.f : 0.f;
       gn_add_channel(J, r[c], w[c], v);
     }
     const float dscale = alpha < st.depth_eps ? 0.f : depth;  // the clamped denominator is constant
 #pragma unroll
-    for (int k = 0; k < kGnPose; ++k)
-      J[k] = st.depth_weight * ((s.dD[k] + dscale * s.dT[k]) / den);
+    for (int k = 0; k < kGnPose; ++k) {
+      J[k] = e * (st.depth_weight * ((s.dD[k] + dscale * s.dT[k]) / den));
+      if (b > 0.f) {
+        float du, dv, dz;
+        obs_motion(og, k, st.pivot_z, fx, fy, du, dv, dz);
+        J[k] += b * st.depth_weight * (dz - (og.gu[3] * du + og.gv[3] * dv));
+      }
+    }
     J[6] = J[7] = 0.f;
     gn_add_channel(J, r[3], w[3], v);
   }

@@ -220,6 +220,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"tracking.coarse_share: must be in [0, 1], got {cfg.tracking.coarse_share}")
     if cfg.tracking.huber_color <= 0 or cfg.tracking.huber_depth <= 0:
         raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
+    if not 0.0 <= cfg.tracking.obs_gradient <= 1.0:
+        raise ConfigError(f"tracking.obs_gradient: must be in [0, 1], got {cfg.tracking.obs_gradient}")
     if cfg.tracking.analytic_iters < 0:
         raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
     lp = cfg.loop

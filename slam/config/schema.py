@@ -74,6 +74,10 @@ class TrackingConfig:
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
+    obs_gradient: float = 0.5       # solver fused, coarser pyramid levels: share of the observed
+                                    # frame's image gradients in the pose Jacobian (ESM-style blend
+                                    # with the render's exact derivatives: wider convergence from a
+                                    # distant prior); 0 = exact only. The finest level is exact.
     analytic_iters: int = 6         # solver renders: the first N LM iterations (coarse-to-fine)
                                     # take the pose Jacobian from the render's image gradients (no
                                     # extra render), the rest by finite differences (6 renders)
