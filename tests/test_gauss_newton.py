@@ -81,7 +81,7 @@ def _first_step(scene, delta, weight):
 
 def test_observation_term_steps_towards_the_true_pose():
     """Observed = the render at a known increment (no noise): every blend's first step points at
-    it from nearby; from 3x further (3.5 cm, 0.8 deg) the exact derivative's step falls short and
+    it from nearby; from 3x further (5.3 cm, 1.3 deg) the exact derivative's step falls short and
     the blend's does not (the reason for the blend)."""
     s = random_scene(1500, 96, 72, seed=7)
     delta = torch.tensor([0.004, -0.006, 0.003, 0.01, -0.008, 0.012], dtype=torch.float64)

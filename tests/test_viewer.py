@@ -71,8 +71,9 @@ def test_hook_never_blocks_and_keeps_every_scalar_when_the_viewer_lags():
         viewer.hook(frame, r, None)
         times.append(time.perf_counter() - t0)
     # The slow sink needs >= 40 x 6 logs x 20 ms = 4.8 s; the hook must not wait for any of it
-    # (bounds leave room for GIL hand-offs on a loaded 2-core machine).
-    assert sum(times) < 0.5 and float(np.median(times)) < 0.002, f"hook times (ms): {np.round(np.array(times) * 1e3, 2)}"
+    # (bounds leave room for GIL hand-offs on a loaded 2-core machine: 0.79 s in all was seen once
+    # there while the median stayed far below 2 ms).
+    assert sum(times) < 1.5 and float(np.median(times)) < 0.002, f"hook times (ms): {np.round(np.array(times) * 1e3, 2)}"
     viewer.close()
     assert viewer.error is None
     assert viewer.payloads.dropped > 0                       # stale images were dropped ...

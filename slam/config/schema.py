@@ -42,14 +42,13 @@ class RasterConfig:
 
 @dataclass
 class TrackingConfig:
-    solver: Literal["renders", "fused"] = "renders"  # fused: one rasterizer pass per LM
-                                    # evaluation gives the exact normal equations, the LM state
-                                    # stays on the device (one host wait per frame; CUDA graphs):
-                                    # H200 7-Scenes 160-171 vs 20 FPS tracking, 2.62-2.84 vs
-                                    # 2.62-2.65 cm ATE (docs/benchmarks.md, eleventh session) but
-                                    # weaker at wide baselines (stride 8), so
-                                    # the Jetson configs use it and the desktop default is renders:
-                                    # image-gradient / finite-difference Jacobians over renders
+    solver: Literal["renders", "fused"] = "fused"  # fused: one rasterizer pass per LM evaluation
+                                    # gives the exact normal equations, the LM state stays on the
+                                    # device (one host wait per frame; CUDA graphs): H200 7-Scenes
+                                    # ~170 vs 20 FPS tracking (docs/benchmarks.md). renders: image-
+                                    # gradient / finite-difference Jacobians over renders, kept as
+                                    # the reference: 8x the cost, within the run-to-run spread of
+                                    # the ATE at stride 1, better at strides 4-8 on 7-Scenes
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
                                     # captured CUDA graph (rasterizer/lm_state.py; no host wait
                                     # inside a frame either way); false: the same kernels queued

@@ -5,10 +5,12 @@ Per frame: a constant-velocity guess, then Levenberg-Marquardt on a 6-DoF pose i
 the world-to-camera pose) and a per-frame affine exposure (gain, bias), minimising robust (Huber)
 colour + lambda * depth residuals over the pixels the map already explains (rendered alpha above a
 threshold, valid depth away from depth edges). Gauss-Newton needs the pose Jacobian per pixel,
-so a handful of iterations converge where a first-order optimiser needs dozens. Two ways to get
-it, with no backward pass: the first ``analytic_iters`` iterations linearise the render itself
-(its image gradients times the pixel motion of its back-projected depth: no extra render), the
-rest use finite differences (six extra forward renders per iteration: exact for the render,
+so a handful of iterations converge where a first-order optimiser needs dozens. The default
+solver (``tracking.solver: fused``, ``slam.tracking.fused``) gets the exact normal equations from
+one rasterizer pass per evaluation, with the LM state on the device. The reference solver here
+(``renders``) gets the Jacobian two ways, with no backward pass: the first ``analytic_iters``
+iterations linearise the render itself (its image gradients times the pixel motion of its
+back-projected depth: no extra render), the rest use finite differences (six extra forward renders per iteration: exact for the render,
 including footprint changes and disocclusions, so the final iterations settle where the true
 cost is lowest). Every step is accepted only if a real render lowers the cost. Coarse-to-fine
 over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker
