@@ -3,7 +3,8 @@ mapping, threaded or sequential.
 
 Threads (threaded mode, ``slam.runtime.threads``):
 - caller's thread: reads the source, puts frames into ``frames`` (bounded: backpressure);
-  catches Ctrl-C.
+  on CUDA it first uploads each frame at the tracking resolution on its own stream
+  (``slam.runtime.staging``); catches Ctrl-C.
 - tracking thread: owns the ``TrackingFrontend`` (tracker, lost policy, relocaliser) and the
   ``KeyframeSelector``; reads only published map snapshots; puts keyframes into ``keyframes``
   (bounded).
@@ -125,10 +126,11 @@ class SlamSystem:
         """The map version the tracker uses now (None before the first keyframe is mapped)."""
         return self.smap.latest()
 
-    def track_frame(self, frame: Frame) -> tuple[FrameRecord, Optional[Keyframe]]:
-        """Track one frame (tracking thread); returns its record and the keyframe it makes, if any."""
+    def track_frame(self, frame: Frame, obs: Optional[Observation] = None) -> tuple[FrameRecord, Optional[Keyframe]]:
+        """Track one frame (tracking thread); returns its record and the keyframe it makes, if any.
+        ``obs``: the frame's ``observation``, when it was staged ahead (``slam.runtime.staging``)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        obs = self.observation(frame)
+        obs = self.observation(frame) if obs is None else obs
         snap = self.smap.latest()
         self.frontend.follow_map(snap)     # the reference keyframe's refined / corrected pose
         res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)

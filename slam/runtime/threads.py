@@ -1,6 +1,8 @@
 """Running a ``SlamSystem``'s two steps: threaded (a tracking and a mapping thread joined by
 bounded channels) or sequentially in the caller's thread.
 
+On CUDA the caller's thread uploads each frame (``slam.runtime.staging``) before it enters the
+``frames`` channel, so the tracking thread starts from images on the device.
 End of input closes the channels in order (the mapper drains, then runs the final refinement).
 An exception in any stage aborts every channel (every blocked stage wakes with ``Closed``), every
 thread ends, and the runner re-raises the first error; Ctrl-C stops the same way. Each thread has
@@ -17,6 +19,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from slam.runtime.channel import Channel, Closed
+from slam.runtime.staging import FrameStager, StagedFrame
 
 log = logging.getLogger("slam.system")
 
@@ -87,7 +90,8 @@ class _ThreadedRun:
         system = self.system
         try:
             while True:
-                rec, kf = system.track_frame(self.frames.get())
+                staged = self.frames.get()
+                rec, kf = system.track_frame(staged.frame, staged.observation())
                 if kf is not None:
                     t0 = time.perf_counter()
                     self.keyframes.put(kf)
@@ -133,13 +137,15 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
     threads = [tracking, mapping]
     if run.loops is not None:
         threads.append(threading.Thread(target=run.guard, args=(run.loop_loop,), name="loop", daemon=True))
+    # On CUDA this thread also moves each frame to the device ahead of the tracker.
+    stage = FrameStager(system.observation, system.device) if system.device.type == "cuda" else StagedFrame
     for t in threads:
         t.start()
     try:
         for frame in frames:
             if run.errors:
                 break
-            run.frames.put(frame)
+            run.frames.put(stage(frame))
         run.frames.close()
     except Closed:
         pass  # a stage failed and aborted the channels
