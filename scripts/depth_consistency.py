@@ -75,14 +75,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     pairs = parse_pairs(args)
     needed = {i for pair in pairs for i in pair}
-    cfg = load_config(args.config, [*args.set, f"data.first={min(needed)}", f"data.last={max(needed) + 1}",
+    first = min(needed)
+    cfg = load_config(args.config, [*args.set, f"data.first={first}", f"data.last={max(needed) + 1}",
                                     "data.stride=1"])
     depths, stamps, gt, K = {}, {}, {}, None
     for frame in open_source(cfg.data):
-        if frame.index in needed:
-            depths[frame.index], stamps[frame.index], K = frame.depth, frame.timestamp, frame.K
+        i = first + frame.index          # Frame.index counts from data.first
+        if i in needed:
+            depths[i], stamps[i], K = frame.depth, frame.timestamp, frame.K
             if frame.gt_pose is not None:
-                gt[frame.index] = frame.gt_pose
+                gt[i] = frame.gt_pose
     missing = needed - set(depths)
     if missing:
         raise SystemExit(f"depth_consistency: frames {sorted(missing)} are not in {cfg.data.path}")

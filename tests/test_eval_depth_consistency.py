@@ -53,6 +53,22 @@ def test_the_script_ranks_a_perturbed_trajectory_below_the_ground_truth(tmp_path
     assert "0 ->     5" in capsys.readouterr().out
 
 
+def test_the_script_reads_pairs_that_do_not_start_at_frame_0(tmp_path):
+    # pairs (2, 5): the frames are loaded from data.first = 2, whose Frame.index counts from 0
+    frames = _frames()
+    stamps = np.array([f.timestamp for f in frames])
+    write_tum_trajectory(tmp_path / "gt.txt", stamps, np.array([f.gt_pose for f in frames]))
+    out = tmp_path / "rows.json"
+    assert script.main(["--config", "default.yaml", "--gt", "--run", f"copy={tmp_path / 'gt.txt'}",
+                        "--pairs", "2:5", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())[0]
+    a, b = frames[2], frames[5]
+    want = depth_disagreement(a.depth, b.depth, np.asarray(a.K, dtype=np.float64), invert(b.gt_pose) @ a.gt_pose)
+    assert (row["a"], row["b"]) == (2, 5)
+    assert abs(row["gt"]["median_m"] - want["median_m"]) < 1e-9 and row["gt"]["pixels"] == want["pixels"]
+    assert abs(row["copy"]["median_m"] - want["median_m"]) < 1e-6
+
+
 def test_keyframe_self_check_points_at_a_wrong_keyframe_pose():
     """metrics.json's keyframe_depth_consistency: consecutive keyframes at their poses; a keyframe
     put 3 cm off is in both of its pairs, which become the worst."""
