@@ -35,7 +35,7 @@ def apply_increment(means: torch.Tensor, delta: torch.Tensor, pivot_z: float) ->
 
 def observation_rows(obs_color: torch.Tensor, obs_depth: torch.Tensor, K: torch.Tensor,
                      pivot_z: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The observation's pose rows (csrc/gn_math.h obs_gradient, obs_motion): per pixel and
+    """The observation's pose rows (csrc/gn_math.h obs_gradient, point_motion): per pixel and
     channel (colour x3, depth) -grad obs . (du, dv), plus dz for the depth, for the surface point
     at the observed depth, in float64. Gradients are central differences over the two neighbours
     of an axis with valid depth (> 0) inside the image, one-sided with one. Returns rows

@@ -46,26 +46,35 @@ struct alignas(16) PoseJac {
   float dz0, dz1, dia, dic;
 };
 
+// Pixel motion (du, dv, px) and depth change (dz, m) per unit of pose parameter k of the
+// camera-frame point z (xn, yn, 1) (xn = x / z, yn = y / z), for X' = X + e_k x (X - p) (k < 3)
+// or X + e_(k-3) (translations), p = (0, 0, pivot_z): u = fx x / z + cx, v = fy y / z + cy.
+// The one statement of these formulas: spheres (pose_jacobian) and observed pixels (the
+// observation rows of gn_pixel_values) use it.
+SR_HD void point_motion(float xn, float yn, float z, float pivot_z, float fx, float fy, int k,
+                        float& du, float& dv, float& dz) {
+  const float iz = 1.0f / z, rz = (z - pivot_z) * iz;
+  switch (k) {
+    case 0: du = -fx * xn * yn; dv = -fy * (rz + yn * yn); dz = yn * z; break;
+    case 1: du = fx * (rz + xn * xn); dv = fy * xn * yn; dz = -xn * z; break;
+    case 2: du = -fx * yn; dv = fy * xn; dz = 0.f; break;
+    case 3: du = fx * iz; dv = 0.f; dz = 0.f; break;
+    case 4: du = 0.f; dv = fy * iz; dz = 0.f; break;
+    default: du = -fx * xn * iz; dv = -fy * yn * iz; dz = 1.f; break;
+  }
+}
+
 // For a sphere that projects (kNear < z <= kFar), with s its splat from project_sphere.
 SR_HD PoseJac pose_jacobian(float x, float y, float z, float r, float pivot_z, const Camera& cam,
                             const Splat& s) {
   const float iz = 1.0f / z;
-  const float xn = x * iz, yn = y * iz, rz = (z - pivot_z) * iz;
+  const float xn = x * iz, yn = y * iz;
   PoseJac J;
-  // u = fx x / z + cx, v = fy y / z + cy with dX_k = e_k x (X - p) (rotations), e_k (translations)
-  J.du[0] = -cam.fx * xn * yn;
-  J.du[1] = cam.fx * (rz + xn * xn);
-  J.du[2] = -cam.fx * yn;
-  J.du[3] = cam.fx * iz;
-  J.du[4] = 0.f;
-  J.du[5] = -cam.fx * xn * iz;
-  J.dv[0] = -cam.fy * (rz + yn * yn);
-  J.dv[1] = cam.fy * xn * yn;
-  J.dv[2] = cam.fy * xn;
-  J.dv[3] = 0.f;
-  J.dv[4] = cam.fy * iz;
-  J.dv[5] = -cam.fy * yn * iz;
-  J.dz0 = y;
+  float dz;
+#pragma unroll
+  for (int k = 0; k < kGnPose; ++k)
+    point_motion(xn, yn, z, pivot_z, cam.fx, cam.fy, k, J.du[k], J.dv[k], dz);
+  J.dz0 = y;   // point_motion's dz for k = 0, 1 (yn z, -xn z), kept exact
   J.dz1 = -x;
   // ia = 1 / (fx^2 r^2 / z^2 + kLowPass): d ia / dz = 2 ia^2 fx^2 r^2 / z^3
   const float s2 = (r * iz) * (r * iz);
@@ -203,21 +212,6 @@ SR_HD ObsGradient obs_gradient(const float* color, const float* depth, int px, i
   return og;
 }
 
-// Pixel motion (du, dv, px) and depth change (dz, m) of the observed surface point at og per unit
-// of pose parameter k (pose_jacobian's formulas for X = z (xn, yn, 1)).
-SR_HD void obs_motion(const ObsGradient& og, int k, float pivot_z, float fx, float fy, float& du,
-                      float& dv, float& dz) {
-  const float iz = 1.0f / og.z, xn = og.xn, yn = og.yn, rz = (og.z - pivot_z) * iz;
-  switch (k) {
-    case 0: du = -fx * xn * yn; dv = -fy * (rz + yn * yn); dz = yn * og.z; break;
-    case 1: du = fx * (rz + xn * xn); dv = fy * xn * yn; dz = -xn * og.z; break;
-    case 2: du = -fx * yn; dv = fy * xn; dz = 0.f; break;
-    case 3: du = fx * iz; dv = 0.f; dz = 0.f; break;
-    case 4: du = 0.f; dv = fy * iz; dz = 0.f; break;
-    default: du = -fx * xn * iz; dv = -fy * yn * iz; dz = 1.f; break;
-  }
-}
-
 // Adds w * (J J^T, J r, r^2) of one residual channel into v (J: 8 values).
 SR_HD void gn_add_channel(const float* J, float r, float w, float* v) {
 #pragma unroll
@@ -281,7 +275,7 @@ SR_HD void gn_pixel_values(const GnState& s, const GnSettings& st, bool valid, f
         J[k] = e * (st.gain * (s.dC[3 * k + c] + s.dT[k] * bg[c]));
         if (b > 0.f) {
           float du, dv, dz;
-          obs_motion(og, k, st.pivot_z, fx, fy, du, dv, dz);
+          point_motion(og.xn, og.yn, og.z, st.pivot_z, fx, fy, k, du, dv, dz);
           J[k] -= b * (og.gu[c] * du + og.gv[c] * dv);
         }
       }
@@ -295,7 +289,7 @@ SR_HD void gn_pixel_values(const GnState& s, const GnSettings& st, bool valid, f
       J[k] = e * (st.depth_weight * ((s.dD[k] + dscale * s.dT[k]) / den));
       if (b > 0.f) {
         float du, dv, dz;
-        obs_motion(og, k, st.pivot_z, fx, fy, du, dv, dz);
+        point_motion(og.xn, og.yn, og.z, st.pivot_z, fx, fy, k, du, dv, dz);
         J[k] += b * st.depth_weight * (dz - (og.gu[3] * du + og.gv[3] * dv));
       }
     }
