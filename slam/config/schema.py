@@ -45,10 +45,10 @@ class TrackingConfig:
     solver: Literal["renders", "fused"] = "fused"  # fused: one rasterizer pass per LM evaluation
                                     # gives the exact normal equations, the LM state stays on the
                                     # device (one host wait per frame; CUDA graphs): H200 7-Scenes
-                                    # ~170 vs 20 FPS tracking (docs/benchmarks.md). renders: image-
+                                    # ~245 vs 19 FPS tracking (docs/benchmarks.md). renders: image-
                                     # gradient / finite-difference Jacobians over renders, kept as
-                                    # the reference: 8x the cost, within the run-to-run spread of
-                                    # the ATE at stride 1, better at strides 4-8 on 7-Scenes
+                                    # the reference: 13x the time for ~0.1 cm less ATE on 7-Scenes
+                                    # (2.56 vs 2.62-2.78 cm at stride 1; also at strides 4-8)
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
                                     # captured CUDA graph (rasterizer/lm_state.py; no host wait
                                     # inside a frame either way); false: the same kernels queued
