@@ -37,7 +37,8 @@ class DataConfig:
 
 @dataclass
 class RasterConfig:
-    backend: Literal["auto", "cuda", "cpu", "reference"] = "auto"
+    backend: Literal["auto", "cuda", "cpu", "reference"] = "auto"   # reference (the PyTorch oracle) needs
+                                    # tracking.solver and loop.align_solver renders (checked on load)
 
 
 @dataclass
