@@ -87,6 +87,25 @@ def test_load_saved_map_checks_map_and_side_file_together(tmp_path):
         load_saved_map(tmp_path / "empty.ply")
 
 
+def test_a_map_pair_save_interrupted_between_its_renames_still_loads(tmp_path):
+    from slam.map.map_io import pending_map_path, save_map_pair
+    path = tmp_path / "map.ply"
+    save_map_pair(path, _rows(30), None, _keyframes(2))
+    assert not pending_map_path(path).exists()
+    assert load_saved_map(path)[0].shape == (30, 8)
+    # the next save killed after the side file's rename, before the map's: new side file + old map
+    # under the real name, the new map whole under the temporary one
+    kfs = _keyframes(3)
+    save_map(path, _rows(40), commit=False)
+    save_keyframes(keyframes_path(path), kfs, map_spheres=40, compress=False)
+    rows, got = load_saved_map(path)
+    assert rows.shape == (40, 8) and len(got) == 3
+    # killed while the temporary map was being written: not used, the mismatch is reported
+    pending_map_path(path).write_bytes(pending_map_path(path).read_bytes()[:200])
+    with pytest.raises(SideFileError, match="written for a map of 40 spheres, but the map has 30"):
+        load_saved_map(path)
+
+
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slam.cli", "--quiet", *args], env=ENV, capture_output=True,
                           text=True, timeout=timeout)

@@ -10,6 +10,7 @@ saved without them: it loads, unanchored).
 """
 from __future__ import annotations
 
+import logging
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +24,8 @@ from slam.data.preprocess import scale_K
 from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
 from slam.mapping.keyframes import Keyframe
 
+log = logging.getLogger("slam.map")
+
 SH_C0 = 0.28209479177387814
 FIELDS = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
           "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
@@ -33,9 +36,11 @@ class MapFormatError(ValueError):
     """The file is not a sphere map this package can load; the message names file and problem."""
 
 
-def save_map(path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tensor] = None) -> None:
+def save_map(path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tensor] = None,
+             commit: bool = True) -> Path:
     """Write parameter rows (N, 8) (see ``slam.map.sphere_map``) as a 3DGS PLY, with the
-    spheres' anchor keyframe ids (N,) when given."""
+    spheres' anchor keyframe ids (N,) when given: to ``pending_map_path(path)``, then renamed to
+    ``path`` (``commit=False``: left under the temporary name, which is returned)."""
 
     rows = rows.detach().float().cpu()
     n = rows.shape[0]
@@ -53,9 +58,29 @@ def save_map(path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tenso
     data["rot_0"] = 1.0
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = pending_map_path(path)
     PlyData([PlyElement.describe(data, "vertex")], text=False).write(str(tmp))
-    tmp.replace(path)  # never leave a half-written map under the real name
+    if commit:
+        tmp.replace(path)  # never leave a half-written map under the real name
+    return tmp
+
+
+def pending_map_path(map_path: str | Path) -> Path:
+    """``runs/x/map.ply`` -> ``runs/x/map.ply.tmp``: where ``save_map`` writes before renaming."""
+    p = Path(map_path)
+    return p.with_suffix(p.suffix + ".tmp")
+
+
+def save_map_pair(map_path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tensor], keyframes: list,
+                  compress: bool = True) -> None:
+    """The map and its keyframe side file, replaced together (autosaves): both are written under
+    temporary names, then renamed back to back, the side file first. A process killed before the
+    renames leaves the old pair; between them, the new side file with the new map complete under
+    ``pending_map_path``, which ``load_saved_map_anchored`` then reads (a map written alone, then
+    its side file, left a mismatched pair for the whole side-file write)."""
+    tmp_map = save_map(map_path, rows, anchors, commit=False)
+    save_keyframes(keyframes_path(map_path), keyframes, int(rows.shape[0]), compress=compress)
+    tmp_map.replace(map_path)
 
 
 def load_map_rows(path: str | Path, isotropy_tol: float = 1e-4) -> torch.Tensor:
@@ -274,6 +299,27 @@ def load_saved_map_anchored(map_path: str | Path) -> SavedMap:
     ``FileNotFoundError``, ``MapFormatError`` (bad PLY, empty map) or ``SideFileError`` (bad or
     missing side file)."""
     rows, anchors = load_map(map_path)
+    side, pending = keyframes_path(map_path), pending_map_path(map_path)
+    if pending.is_file() and side_file_spheres(side) not in (None, int(rows.shape[0])):
+        # a save_map_pair interrupted between its renames: the side file is the new one, and so
+        # is the map under its temporary name, if it is whole and the counts agree
+        try:
+            new_rows, new_anchors = load_map(pending)
+        except (MapFormatError, FileNotFoundError):
+            new_rows = None
+        if new_rows is not None and int(new_rows.shape[0]) == side_file_spheres(side):
+            log.warning("%s: the last save was interrupted before the map was renamed; reading its "
+                        "complete map from %s, which matches %s", map_path, pending.name, side.name)
+            rows, anchors = new_rows, new_anchors
     if rows.shape[0] == 0:
         raise MapFormatError(f"{map_path}: the map has no spheres")
-    return SavedMap(rows, load_keyframes(keyframes_path(map_path), map_spheres=int(rows.shape[0])), anchors)
+    return SavedMap(rows, load_keyframes(side, map_spheres=int(rows.shape[0])), anchors)
+
+
+def side_file_spheres(path: str | Path) -> Optional[int]:
+    """The map size a keyframe side file was written for (None when it cannot be read)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return int(z["map_spheres"])
+    except Exception:  # noqa: BLE001 - load_keyframes reports what is wrong with the file
+        return None

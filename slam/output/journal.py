@@ -28,7 +28,7 @@ import numpy as np
 
 from slam.config import Config
 from slam.data.trajectory_io import TUM_COLUMNS, tum_line
-from slam.map.map_io import keyframes_path, save_keyframes, save_map
+from slam.map.map_io import save_map_pair
 from slam.output.metrics import collect_metrics
 from slam.runtime.result import RunResult
 
@@ -140,9 +140,9 @@ class Autosaver:
         try:
             rows = result.map_rows
             if self.cfg.output.save_map and rows.shape[0] > 0 and result.map_keyframes:
-                save_map(self.run_dir / "map.ply", rows, result.map_anchors)
-                save_keyframes(keyframes_path(self.run_dir / "map.ply"), result.map_keyframes, int(rows.shape[0]),
-                               compress=False)
+                # the pair replaced together: a kill -9 never leaves a map with another map's keyframes
+                save_map_pair(self.run_dir / "map.ply", rows, result.map_anchors, result.map_keyframes,
+                              compress=False)
             metrics = collect_metrics(result, self.source_stats, eval_images_every=None, evaluate_trajectory=False)
             metrics["partial"] = f"autosave after {keyframes} keyframes"
             write_json_atomic(self.run_dir / "metrics.json", metrics)
