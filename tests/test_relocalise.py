@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,21 @@ def test_a_map_pair_save_interrupted_between_its_renames_still_loads(tmp_path):
     pending_map_path(path).write_bytes(pending_map_path(path).read_bytes()[:200])
     with pytest.raises(SideFileError, match="written for a map of 40 spheres, but the map has 30"):
         load_saved_map(path)
+
+
+def test_final_outputs_keep_the_map_when_its_side_file_fails(tmp_path):
+    from types import SimpleNamespace
+
+    from slam.map.map_io import pending_map_path
+    from slam.output.run_folder import _write_map
+    kfs = _keyframes(2)
+    _write_map(tmp_path / "map.ply", SimpleNamespace(map_rows=_rows(30), map_anchors=None, map_keyframes=kfs))
+    assert load_saved_map(tmp_path / "map.ply")[0].shape == (30, 8)
+    small = replace(kfs[1], color=kfs[1].color[::2, ::2], depth=kfs[1].depth[::2, ::2])   # cannot be stacked
+    _write_map(tmp_path / "map.ply", SimpleNamespace(map_rows=_rows(40), map_anchors=None, map_keyframes=[kfs[0], small]))
+    assert not pending_map_path(tmp_path / "map.ply").exists()
+    with pytest.raises(SideFileError, match="written for a map of 30 spheres, but the map has 40"):
+        load_saved_map(tmp_path / "map.ply")                     # the new map, the old side file: said so
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

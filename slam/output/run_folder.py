@@ -10,7 +10,7 @@ import numpy as np
 
 from slam.config import Config, dump_config
 from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
-from slam.map.map_io import keyframes_path, save_keyframes, save_map
+from slam.map.map_io import save_map, save_map_pair
 from slam.output.journal import TRAJECTORY_HEADER, write_frames_csv, write_json_atomic
 from slam.output.mesh import write_mesh
 from slam.output.plots import write_plots
@@ -61,23 +61,31 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
     if kfs:
         write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
-    rows = result.map_rows
-    if cfg.output.save_map and rows.shape[0] > 0:
-        save_map(run_dir / "map.ply", rows, result.map_anchors)
-    # The keyframe side file, plots, mesh: each guarded, never lose the outputs above.
+    if cfg.output.save_map and result.map_rows.shape[0] > 0:
+        _write_map(run_dir / "map.ply", result)
+    # Plots, mesh: each guarded, never lose the outputs above.
     _write_extras(run_dir, cfg, result, frames)
     write_json_atomic(run_dir / "metrics.json", metrics)
 
 
-def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
-    """``map.keyframes.npz`` (slam.map.map_io), ``trajectory.png``/``translation_error.png``
-    (slam.output.plots, when ground truth exists), ``mesh.ply`` (slam.output.mesh, when
-    ``output.mesh``)."""
-    def side_file():
-        save_keyframes(keyframes_path(run_dir / "map.ply"), result.map_keyframes, int(result.map_rows.shape[0]))
+def _write_map(path: Path, result: RunResult) -> None:
+    """``map.ply`` and, with keyframes, its side file ``map.keyframes.npz`` replaced together
+    (``slam.map.map_io.save_map_pair``: a kill -9 never pairs the map with another map's
+    keyframes). A side file that cannot be written is logged and never costs the map."""
+    if result.map_keyframes:
+        try:
+            save_map_pair(path, result.map_rows, result.map_anchors, result.map_keyframes)
+            return
+        except Exception as exc:  # noqa: BLE001 - the side file is optional, the map is not
+            log.error("could not write the map with its keyframe side file (%s: %s); writing the map alone",
+                      type(exc).__name__, exc)
+    save_map(path, result.map_rows, result.map_anchors)
 
-    steps = [("keyframe side file", side_file, cfg.output.save_map and result.spheres > 0 and len(result.keyframes) > 0),
-             ("plots", lambda: write_plots(run_dir, frames), cfg.output.plots and bool(frames)),
+
+def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
+    """``trajectory.png``/``translation_error.png`` (slam.output.plots, when ground truth exists),
+    ``mesh.ply`` (slam.output.mesh, when ``output.mesh``)."""
+    steps = [("plots", lambda: write_plots(run_dir, frames), cfg.output.plots and bool(frames)),
              ("mesh", lambda: write_mesh(run_dir / "mesh.ply", result.keyframes), cfg.output.mesh and len(result.keyframes) > 0)]
     for what, step, wanted in steps:
         if not wanted:
