@@ -44,10 +44,10 @@ def observation_rows(obs_color: torch.Tensor, obs_depth: torch.Tensor, K: torch.
     img = torch.cat([oc, od.unsqueeze(-1)], -1)                    # (H, W, 4)
     h, w = od.shape
     fx, fy, cx, cy = (float(v) for v in (K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
-    grads, ok = [], od > 0
+    good = od > 0
+    grads, ok = [], good
     for dim in (1, 0):                                             # u (columns), then v (rows)
         n = od.shape[dim]
-        good = od > 0
 
         def shifted(t, k, dim=dim, n=n):   # t[.., i + k, ..] along dim; False / 0 outside
             idx = torch.arange(n, device=t.device) + k

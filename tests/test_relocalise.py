@@ -120,6 +120,13 @@ def test_final_outputs_keep_the_map_when_its_side_file_fails(tmp_path):
     assert not pending_map_path(tmp_path / "map.ply").exists()
     with pytest.raises(SideFileError, match="written for a map of 30 spheres, but the map has 40"):
         load_saved_map(tmp_path / "map.ply")                     # the new map, the old side file: said so
+    # an autosave's pair (side file required) replaces nothing when the side file fails
+    from slam.map.map_io import save_map_pair
+    save_map_pair(tmp_path / "a.ply", _rows(30), None, kfs)
+    with pytest.raises(ValueError, match="different image sizes"):
+        save_map_pair(tmp_path / "a.ply", _rows(40), None, [kfs[0], small])
+    assert not pending_map_path(tmp_path / "a.ply").exists()
+    assert load_saved_map(tmp_path / "a.ply")[0].shape == (30, 8)
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -72,14 +72,23 @@ def pending_map_path(map_path: str | Path) -> Path:
 
 
 def save_map_pair(map_path: str | Path, rows: torch.Tensor, anchors: Optional[torch.Tensor], keyframes: list,
-                  compress: bool = True) -> None:
-    """The map and its keyframe side file, replaced together (autosaves): both are written under
-    temporary names, then renamed back to back, the side file first. A process killed before the
-    renames leaves the old pair; between them, the new side file with the new map complete under
+                  compress: bool = True, side_optional: bool = False) -> None:
+    """The map and its keyframe side file, replaced together: both are written under temporary
+    names, then renamed back to back, the side file first. A process killed before the renames
+    leaves the old pair; between them, the new side file with the new map complete under
     ``pending_map_path``, which ``load_saved_map_anchored`` then reads (a map written alone, then
-    its side file, left a mismatched pair for the whole side-file write)."""
+    its side file, left a mismatched pair for the whole side-file write). A side file that cannot
+    be written raises (nothing replaced), or with ``side_optional`` (a run's final outputs) is
+    logged and the map replaced alone."""
     tmp_map = save_map(map_path, rows, anchors, commit=False)
-    save_keyframes(keyframes_path(map_path), keyframes, int(rows.shape[0]), compress=compress)
+    try:
+        save_keyframes(keyframes_path(map_path), keyframes, int(rows.shape[0]), compress=compress)
+    except Exception as exc:
+        if not side_optional:
+            tmp_map.unlink(missing_ok=True)
+            raise
+        log.error("%s: could not write the keyframe side file (%s: %s); the map is written alone",
+                  map_path, type(exc).__name__, exc)
     tmp_map.replace(map_path)
 
 
@@ -300,14 +309,15 @@ def load_saved_map_anchored(map_path: str | Path) -> SavedMap:
     missing side file)."""
     rows, anchors = load_map(map_path)
     side, pending = keyframes_path(map_path), pending_map_path(map_path)
-    if pending.is_file() and side_file_spheres(side) not in (None, int(rows.shape[0])):
+    side_spheres = side_file_spheres(side) if pending.is_file() else None
+    if side_spheres not in (None, int(rows.shape[0])):
         # a save_map_pair interrupted between its renames: the side file is the new one, and so
         # is the map under its temporary name, if it is whole and the counts agree
         try:
             new_rows, new_anchors = load_map(pending)
         except (MapFormatError, FileNotFoundError):
             new_rows = None
-        if new_rows is not None and int(new_rows.shape[0]) == side_file_spheres(side):
+        if new_rows is not None and int(new_rows.shape[0]) == side_spheres:
             log.warning("%s: the last save was interrupted before the map was renamed; reading its "
                         "complete map from %s, which matches %s", map_path, pending.name, side.name)
             rows, anchors = new_rows, new_anchors

@@ -73,13 +73,9 @@ def _write_map(path: Path, result: RunResult) -> None:
     (``slam.map.map_io.save_map_pair``: a kill -9 never pairs the map with another map's
     keyframes). A side file that cannot be written is logged and never costs the map."""
     if result.map_keyframes:
-        try:
-            save_map_pair(path, result.map_rows, result.map_anchors, result.map_keyframes)
-            return
-        except Exception as exc:  # noqa: BLE001 - the side file is optional, the map is not
-            log.error("could not write the map with its keyframe side file (%s: %s); writing the map alone",
-                      type(exc).__name__, exc)
-    save_map(path, result.map_rows, result.map_anchors)
+        save_map_pair(path, result.map_rows, result.map_anchors, result.map_keyframes, side_optional=True)
+    else:
+        save_map(path, result.map_rows, result.map_anchors)
 
 
 def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
