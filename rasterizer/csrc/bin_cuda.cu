@@ -53,6 +53,21 @@ __device__ __forceinline__ int tile_rect_of(const float4& g, const sr::Camera& c
   return sr::tile_rect(s, cam, tx0, tx1, ty0, ty1);
 }
 
+// f(t) for every tile t of the rectangle [tx0, tx1) x [ty0, ty1) (row-major tile index).
+template <class F>
+__device__ __forceinline__ void for_tiles(int tx0, int tx1, int ty0, int ty1, int tiles_x, F&& f) {
+  for (int ty = ty0; ty < ty1; ++ty)
+    for (int tx = tx0; tx < tx1; ++tx) f(ty * tiles_x + tx);
+}
+
+// f(t) for every tile t of splat g as project_count_kernel wrote it (none when culled: zeros).
+template <class F>
+__device__ __forceinline__ void for_splat_tiles(const float4& g, const sr::Camera& cam, F&& f) {
+  int tx0, tx1, ty0, ty1;
+  if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) return;
+  for_tiles(tx0, tx1, ty0, ty1, cam.tiles_x, f);
+}
+
 // Sphere i's tile rectangle (empty when culled) and, with `splats`, its splat written there.
 __device__ __forceinline__ void sphere_tiles(int i, const float* __restrict__ means,
                                              const float* __restrict__ radii, const sr::Camera& cam,
@@ -90,8 +105,7 @@ __global__ void __launch_bounds__(kProjectBlock)
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     int tx0, tx1, ty0, ty1;
     sphere_tiles(i, means, radii, cam, splats, tx0, tx1, ty0, ty1);
-    for (int ty = ty0; ty < ty1; ++ty)
-      for (int tx = tx0; tx < tx1; ++tx) atomicAdd(c + ty * cam.tiles_x + tx, 1);
+    for_tiles(tx0, tx1, ty0, ty1, cam.tiles_x, [&](int t) { atomicAdd(c + t, 1); });
   }
   if (SHARED) {
     __syncthreads();
@@ -145,13 +159,8 @@ __global__ void __launch_bounds__(kProjectBlock)
   const int stride = gridDim.x * blockDim.x;
   if (SHARED) {
     int32_t* c = block_counters<true>(s_work, nullptr, n_tiles);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-      const float4 g = splats[i];
-      int tx0, tx1, ty0, ty1;
-      if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) continue;
-      for (int ty = ty0; ty < ty1; ++ty)
-        for (int tx = tx0; tx < tx1; ++tx) atomicAdd(c + ty * cam.tiles_x + tx, 1);
-    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+      for_splat_tiles(splats[i], cam, [&](int t) { atomicAdd(c + t, 1); });
     __syncthreads();
     for (int t = threadIdx.x; t < n_tiles; t += blockDim.x) {
       s_work[n_tiles + t] = s_work[t] != 0 ? atomicAdd(cursor + t, s_work[t]) : 0;
@@ -161,15 +170,12 @@ __global__ void __launch_bounds__(kProjectBlock)
   }
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float4 g = splats[i];
-    int tx0, tx1, ty0, ty1;
-    if (g.z == 0.f || tile_rect_of(g, cam, tx0, tx1, ty0, ty1) == 0) continue;  // culled: zeros
+    if (g.z == 0.f) continue;  // culled: no tiles (and no depth to read)
     const uint64_t key = ((uint64_t)sr::depth_key(means[3 * i + 2], true) << idx_bits) | (uint32_t)i;
-    for (int ty = ty0; ty < ty1; ++ty)
-      for (int tx = tx0; tx < tx1; ++tx) {
-        const int t = ty * cam.tiles_x + tx;
-        const int slot = SHARED ? s_work[n_tiles + t] + atomicAdd(s_work + t, 1) : atomicAdd(cursor + t, 1);
-        if (slot < ranges[t].y) keys[slot] = key;
-      }
+    for_splat_tiles(g, cam, [&](int t) {
+      const int slot = SHARED ? s_work[n_tiles + t] + atomicAdd(s_work + t, 1) : atomicAdd(cursor + t, 1);
+      if (slot < ranges[t].y) keys[slot] = key;
+    });
   }
 }
 
@@ -347,12 +353,13 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
   if (m > 0 && n > 0) {
     at::Tensor keys = at::empty({2 * m}, opt.dtype(at::kLong));  // keys | merge scratch
     auto* kp = reinterpret_cast<uint64_t*>(keys.data_ptr<int64_t>());
+    const int idx_bits = index_bits(n);
     auto emit = shared ? emit_kernel<true> : emit_kernel<false>;
-    emit<<<grid, kProjectBlock, 2 * count_smem, stream>>>(n, index_bits(n), cam,
+    emit<<<grid, kProjectBlock, 2 * count_smem, stream>>>(n, idx_bits, cam,
                                                           means.data_ptr<float>(), splats, ranges,
                                                           cursor, kp);
     SR_CHECK_CUDA();
-    sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, index_bits(n), kp, kp + m,
+    sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, idx_bits, kp, kp + m,
                                                           b.ids.data_ptr<int32_t>());
     SR_CHECK_CUDA();
   }
