@@ -60,17 +60,14 @@ class StagedUpload:
     def __init__(self, shape, dtype, device: torch.device) -> None:
         self.host = torch.from_numpy(np.empty(shape, dtype)).pin_memory()
         self.view = self.host.numpy()
-        self.event = torch.cuda.Event()
-        self.pending = False
+        self.event = torch.cuda.Event()   # a synchronize before its first record returns at once
         self.device = device
 
     def __call__(self, array: np.ndarray) -> torch.Tensor:
-        if self.pending:
-            self.event.synchronize()   # the previous upload still reads the buffer
+        self.event.synchronize()   # the previous upload may still read the buffer
         np.copyto(self.view, array, casting="unsafe")
         out = self.host.to(self.device, non_blocking=True)
         self.event.record(torch.cuda.current_stream(self.device))
-        self.pending = True
         return out
 
 
