@@ -93,9 +93,9 @@ def gpu_section(sizes, resolutions, warmup, reps, backends):
             params = [p.requires_grad_() for p in params]
             for be in backends:
                 try:
-                    fwd = time_gpu(lambda: run_once(params, K, w, h, be, False), warmup, reps)
-                    fb = time_gpu(lambda: run_once(params, K, w, h, be, True), warmup, reps)
-                    pk = peak_gpu(lambda: run_once(params, K, w, h, be, True))
+                    fwd = time_gpu(lambda p=params: run_once(p, K, w, h, be, False), warmup, reps)
+                    fb = time_gpu(lambda p=params: run_once(p, K, w, h, be, True), warmup, reps)
+                    pk = peak_gpu(lambda p=params: run_once(p, K, w, h, be, True))
                 except Exception as e:  # keep the table going (e.g. gsplat missing)
                     print(f"| {n} | {w}x{h} | {be} | failed: {type(e).__name__}: {e} | | |")
                     continue
