@@ -44,12 +44,11 @@ class RasterConfig:
 @dataclass
 class TrackingConfig:
     solver: Literal["renders", "fused"] = "fused"  # fused: one rasterizer pass per LM evaluation
-                                    # gives the exact normal equations, the LM state stays on the
-                                    # device (one host wait per frame; CUDA graphs): H200 7-Scenes
-                                    # ~245 vs 19 FPS tracking (docs/benchmarks.md). renders: image-
-                                    # gradient / finite-difference Jacobians over renders, kept as
-                                    # the reference: 13x the time for ~0.1 cm less ATE on 7-Scenes
-                                    # (2.56 vs 2.62-2.78 cm at stride 1; also at strides 4-8)
+                                    # gives the normal equations, the LM state stays on the device
+                                    # (one host wait per frame; CUDA graphs): H200 7-Scenes ~245 vs
+                                    # 18 FPS tracking at the same ATE (2.49-2.62 vs 2.53 cm; strides
+                                    # 2-8 too; docs/benchmarks.md). renders: image-gradient /
+                                    # finite-difference Jacobians over renders, kept as the reference
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
                                     # captured CUDA graph (rasterizer/lm_state.py; no host wait
                                     # inside a frame either way); false: the same kernels queued
@@ -74,10 +73,12 @@ class TrackingConfig:
     residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
-    obs_gradient: float = 0.5       # solver fused, coarser pyramid levels: share of the observed
-                                    # frame's image gradients in the pose Jacobian (ESM-style blend
+    obs_gradient: float = 0.5       # solver fused, every pyramid level: share of the observed
+                                    # frame's image gradients in the pose Jacobian (ESM's blend
                                     # with the render's exact derivatives: wider convergence from a
-                                    # distant prior); 0 = exact only. The finest level is exact.
+                                    # distant prior, and a more accurate pose where the render is
+                                    # sharp: H200 7-Scenes 2.49-2.62 cm vs 2.63-2.71 with the
+                                    # finest level exact, docs/benchmarks.md); 0 = exact only
     analytic_iters: int = 6         # solver renders: the first N LM iterations (coarse-to-fine)
                                     # take the pose Jacobian from the render's image gradients (no
                                     # extra render), the rest by finite differences (6 renders)
