@@ -6,8 +6,9 @@ the world-to-camera pose) and a per-frame affine exposure (gain, bias), minimisi
 colour + lambda * depth residuals over the pixels the map already explains (rendered alpha above a
 threshold, valid depth away from depth edges). Gauss-Newton needs the pose Jacobian per pixel,
 so a handful of iterations converge where a first-order optimiser needs dozens. The default
-solver (``tracking.solver: fused``, ``slam.tracking.fused``) gets the exact normal equations from
-one rasterizer pass per evaluation, with the LM state on the device. The reference solver here
+solver (``tracking.solver: fused``, ``slam.tracking.fused``) gets the normal equations from one
+rasterizer pass per evaluation (the render's exact pose derivative blended with the observed
+frame's image gradients), with the LM state on the device. The reference solver here
 (``renders``) gets the Jacobian two ways, with no backward pass: the first ``analytic_iters``
 iterations linearise the render itself (its image gradients times the pixel motion of its
 back-projected depth: no extra render), the rest use finite differences (six extra forward renders per iteration: exact for the render,
