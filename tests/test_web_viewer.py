@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,13 +64,15 @@ def drawn_fraction(png: Path) -> float:
     return float((saturated | dark).mean())
 
 
-def _browser():
+def _browser(profile_dir: Path):
+    """Headless Chromium with its profile in `profile_dir` (a test's tmp_path, so pytest removes it;
+    a profile is ~45 MB and one left in /tmp per run fills the disk)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for flag in CHROME_FLAGS + [f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}"]:
+    for flag in CHROME_FLAGS + [f"--user-data-dir={profile_dir}"]:
         opts.add_argument(flag)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
@@ -120,7 +121,7 @@ def test_browser_shows_the_live_map_while_run_slam_streams(tmp_path, capsys):
         assert _accepts("127.0.0.1", grpc_port) and _accepts("127.0.0.1", web_port)
         for host in _outside_addresses():
             assert not _accepts(host, grpc_port), f"gRPC port reachable on {host}"
-        driver = _browser()
+        driver = _browser(tmp_path / "chromium-profile")
         renderer = _webgl_renderer(driver)
         driver.get(url)
         shot, drawn, streaming = tmp_path / "live_view.png", 0.0, False
