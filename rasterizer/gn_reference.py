@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .point_motion import point_motion
 from .reference import render_reference
 
 N_PARAMS = 8                             # 6 pose + log gain + bias
@@ -70,10 +71,11 @@ def observation_rows(obs_color: torch.Tensor, obs_depth: torch.Tensor, K: torch.
     xn = ((torch.arange(w, dtype=od.dtype, device=od.device) - cx) / fx).view(1, w).expand(h, w)
     yn = ((torch.arange(h, dtype=od.dtype, device=od.device) - cy) / fy).view(h, 1).expand(h, w)
     iz, rz = 1.0 / z, (z - pivot_z) / z
-    zero = torch.zeros_like(z)
-    du = [-fx * xn * yn, fx * (rz + xn * xn), -fx * yn, fx * iz, zero, -fx * xn * iz]
-    dv = [-fy * (rz + yn * yn), fy * xn * yn, fy * xn, zero, fy * iz, -fy * yn * iz]
-    dz = [yn * z, -xn * z, zero, zero, zero, torch.ones_like(z)]
+
+    def dense(m):    # point_motion's None / float entries as (H, W) tensors
+        return torch.zeros_like(z) if m is None else (m if torch.is_tensor(m) else torch.full_like(z, m))
+
+    du, dv, dz = zip(*(tuple(map(dense, point_motion(k, xn, yn, z, iz, rz, fx, fy))) for k in range(6)))
     rows = torch.stack([-(gu * du[k].unsqueeze(-1) + gv * dv[k].unsqueeze(-1)) for k in range(6)], -1)
     rows[..., 3, :] += torch.stack(dz, -1)
     return rows, ok

@@ -248,3 +248,29 @@ def test_rejects_bad_inputs():
         call(*obs, huber=(0.0, 0.1))
     with pytest.raises(TypeError, match="float32"):
         rasterizer.gauss_newton(sph[0].double(), *sph[1:], s["K"], 16, 12, *obs, **GN_SETTINGS)
+
+
+@pytest.mark.parametrize("pivot_z", [0.0, 1.7])
+def test_point_motion_is_the_derivative_of_the_moved_projection(pivot_z):
+    """rasterizer.point_motion (the Python statement of csrc/gn_math.h point_motion, used by the
+    oracle's observation rows and the render-difference solver) against central differences of
+    the projection of points moved by apply_increment, every parameter."""
+    from rasterizer.point_motion import point_motion
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(50, 3, generator=g, dtype=torch.float64) * torch.tensor([2.0, 1.5, 3.0]) - torch.tensor([1.0, 0.75, -0.5])
+    fx, fy = 300.0, 280.0
+    z = X[:, 2]
+    xn, yn = X[:, 0] / z, X[:, 1] / z
+    project = lambda P: torch.stack([fx * P[:, 0] / P[:, 2], fy * P[:, 1] / P[:, 2], P[:, 2]], -1)  # noqa: E731
+    eps = 1e-6
+    for k in range(6):
+        d = torch.zeros(6, dtype=torch.float64)
+        d[k] = eps
+        numeric = (project(rasterizer.apply_increment(X, d, pivot_z)) - project(rasterizer.apply_increment(X, -d, pivot_z))) / (2 * eps)
+        motion = point_motion(k, xn, yn, z, 1.0 / z, (z - pivot_z) / z, fx, fy)
+        analytic = torch.stack([torch.zeros_like(z) if m is None else torch.as_tensor(m, dtype=z.dtype).expand_as(z)
+                                for m in motion], -1)
+        torch.testing.assert_close(analytic, numeric, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="not in 0..5"):
+        point_motion(6, xn, yn, z, 1.0 / z, z, fx, fy)

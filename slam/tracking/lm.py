@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rasterizer.normal_equations import packed_size, robust_normal_equations, unpack
+from rasterizer.point_motion import point_motion
 from slam.observation import Observation, depth_edge_mask
 
 # The normal equations are reduced over bands of at most this many pixels: the float32 Jacobian
@@ -113,24 +114,15 @@ def analytic_pose_rows(out, obs: Observation, mask: torch.Tensor, affine: torch.
     xn = ((torch.arange(W, device=dev, dtype=z.dtype) - cx) / fx).view(1, W).expand(b - a, W)
     yn = ((torch.arange(a, b, device=dev, dtype=z.dtype) - cy) / fy).view(b - a, 1).expand(b - a, W)
     rz = 1.0 - z_pivot * iz          # (z - z_pivot) / z
-    # Pixel motion (du, dv) and depth change dz per unit of each parameter, for
-    # X' = X + w x (X - p) + t with X = z (xn, yn, 1); None = identically zero. One parameter at a
-    # time: (band, W) temporaries only, not (6, band, W) stacks.
-    motions = (
-        lambda: (-fx * xn * yn, -fy * (rz + yn * yn), yn * z),    # rotation about x
-        lambda: (fx * (rz + xn * xn), fy * xn * yn, -xn * z),     # rotation about y
-        lambda: (-fx * yn, fy * xn, None),                        # rotation about z
-        lambda: (fx * iz, None, None),                            # translation x
-        lambda: (None, fy * iz, None),                            # translation y
-        lambda: (-fx * xn * iz, -fy * yn * iz, 1.0),              # translation z
-    )
     # Central differences (one-sided at the image borders), as over the whole image: the halo rows
     # make the band's vertical gradient exact, then are cut off.
     a0, b0 = max(a - 1, 0), min(b + 1, H)
     gy, gx = torch.gradient(stacked(out, a0, b0), dim=(0, 1))
     gy, gx = gy[a - a0 : a - a0 + b - a], gx[a - a0 : a - a0 + b - a]
-    for k, motion in enumerate(motions):
-        du, dv, dz = motion()
+    # Pixel motion (du, dv) and depth change dz per unit of each parameter (None = identically
+    # zero), one parameter at a time: (band, W) temporaries only, not (6, band, W) stacks.
+    for k in range(6):
+        du, dv, dz = point_motion(k, xn, yn, z, iz, rz, fx, fy)
         row = J6[k]
         if du is None:
             torch.mul(gy, dv.unsqueeze(-1), out=row)
