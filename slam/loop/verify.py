@@ -8,8 +8,13 @@
 3. render-and-compare with the sphere map: the tracker (``slam.tracking.tracker``, the same LM
    and absolute quality test as every frame) aligns the new keyframe with the map as built
    around the old visit (``MapSnapshot.up_to``) from the ICP pose; it must pass the quality
-   test, and the map rendered at the aligned pose must agree with the keyframe's depth. The
-   aligned pose is the loop's measurement: dense and in the map's own frame.
+   test, and the map rendered at the aligned pose must agree with the keyframe's depth.
+
+The loop's measurement is RGB-D odometry between the two keyframes themselves (open3d's, colour
+and depth terms, from the ICP pose): nothing after their capture has touched them. The map
+around the old visit lacks that independence (the mapping windows near the revisit refine the
+old spheres too, so aligning with it pulls the loop towards the current, drifted estimate), and
+ICP alone slides along flat views. Figures: docs/benchmarks.md, fourteenth session.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import numpy as np
 import torch
 
 from slam.config import LoopConfig, QualityConfig, TrackingConfig
-from slam.geometry import invert, orthonormalize, pivot_increment
+from slam.geometry import orthonormalize, pivot_increment
 from slam.mapping.keyframes import Keyframe, KeyframeView
 from slam.tracking.features import OrbFeatures, pnp_pose
 from slam.tracking.tracker import Tracker
@@ -36,8 +41,8 @@ RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
 
 @dataclass
 class Verification:
-    """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a), None if PnP
-    failed; reason: None when every test passed, else the first failed test and its figures."""
+    """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a) (after all
+    tests: the RGB-D odometry, the loop's measurement), None if PnP failed; reason: None when every test passed, else the first failed test and its figures."""
 
     T_ab: Optional[np.ndarray]
     reason: Optional[str]
@@ -112,6 +117,38 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
     return T, overlap, inliers
 
 
+def rgbd_odometry(new: Keyframe, old: Keyframe, T_init: np.ndarray) -> Optional[np.ndarray]:
+    """Pose (4, 4) of ``new``'s camera in ``old``'s by dense RGB-D odometry between the two
+    keyframes (open3d: photometric and geometric terms, coarse to fine, from T_init (4, 4)); None
+    when it does not converge. One camera: ``new`` is resampled to ``old``'s image size when
+    they differ (a saved map's keyframes are stored at most 320 wide), with ``old.K``."""
+    import cv2
+    import open3d as o3d
+
+    h, w = old.depth.shape
+    color, depth = new.color, np.asarray(new.depth, dtype=np.float32)
+    if depth.shape != (h, w):
+        color = cv2.resize(color, (w, h), interpolation=cv2.INTER_AREA)
+        depth = cv2.resize(depth, (w, h), interpolation=cv2.INTER_NEAREST)
+
+    def rgbd(c: np.ndarray, d: np.ndarray):
+        return o3d.geometry.RGBDImage.create_from_color_and_depth(
+            o3d.geometry.Image(np.ascontiguousarray(c)), o3d.geometry.Image(np.ascontiguousarray(d, dtype=np.float32)),
+            depth_scale=1.0, depth_trunc=float(np.finfo(np.float32).max), convert_rgb_to_intensity=True)
+
+    K = old.K
+    intrinsic = o3d.camera.PinholeCameraIntrinsic(w, h, K[0, 0], K[1, 1], K[0, 2], K[1, 2])
+    # open3d's option defaults (20/10/5 iterations per pyramid level, 3 cm depth association),
+    # but every depth the keyframes hold (its default stops at 4 m)
+    valid = old.depth[old.depth > 0]
+    option = o3d.pipelines.odometry.OdometryOption()
+    option.depth_max = float(max(valid.max() if valid.size else 0.0, option.depth_max)) + 1.0
+    ok, T, _ = o3d.pipelines.odometry.compute_rgbd_odometry(
+        rgbd(color, depth), rgbd(old.color, old.depth), intrinsic, np.asarray(T_init, dtype=np.float64),
+        o3d.pipelines.odometry.RGBDOdometryJacobianFromHybridTerm(), option)
+    return np.asarray(T, dtype=np.float64) if ok else None
+
+
 class LoopVerifier:
     """The three tests with their thresholds (``loop.*``; the tracker's and quality's configs
     for the dense alignment)."""
@@ -154,10 +191,15 @@ class LoopVerifier:
         if not aligned.ok:
             res.reason = f"map: dense alignment with the old map fails the quality test ({aligned.reason})"
             return res
-        res.T_ab = invert(np.asarray(T_w_old, dtype=np.float64)) @ aligned.T_wc
         res.render_agreement = self.render_agreement(new, aligned.T_wc, old_map, None)
         if res.render_agreement < cfg.min_render_agreement:
             res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
+            return res
+        measured = rgbd_odometry(new, old, T_ab)
+        if measured is None:
+            res.reason = "measurement: RGB-D odometry between the two keyframes did not converge"
+            return res
+        res.T_ab = measured
         return res
 
     @torch.no_grad()
