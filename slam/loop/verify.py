@@ -14,7 +14,8 @@ The loop's measurement is RGB-D odometry between the two keyframes themselves (o
 and depth terms, from the ICP pose): nothing after their capture has touched them. The map
 around the old visit lacks that independence (the mapping windows near the revisit refine the
 old spheres too, so aligning with it pulls the loop towards the current, drifted estimate), and
-ICP alone slides along flat views. Figures: docs/benchmarks.md, fourteenth session.
+ICP alone slides along flat views. An odometry that does not converge rejects the candidate.
+Figures: docs/benchmarks.md, fourteenth session.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
 @dataclass
 class Verification:
     """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a) (after all
-    tests: the RGB-D odometry, the loop's measurement), None if PnP failed; reason: None when every test passed, else the first failed test and its figures."""
+    tests: the RGB-D odometry, the loop's measurement), None if PnP failed; reason: None when
+    every test passed, else the first failed test and its figures."""
 
     T_ab: Optional[np.ndarray]
     reason: Optional[str]
