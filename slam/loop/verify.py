@@ -10,12 +10,14 @@
    around the old visit (``MapSnapshot.up_to``) from the ICP pose; it must pass the quality
    test, and the map rendered at the aligned pose must agree with the keyframe's depth.
 
-The loop's measurement is RGB-D odometry between the two keyframes themselves (open3d's, colour
-and depth terms, from the ICP pose): nothing after their capture has touched them. The map
-around the old visit lacks that independence (the mapping windows near the revisit refine the
-old spheres too, so aligning with it pulls the loop towards the current, drifted estimate), and
-ICP alone slides along flat views. An odometry that does not converge rejects the candidate.
-Figures: docs/benchmarks.md, fourteenth session.
+The loop's measurement comes from the two keyframes themselves, which nothing after their
+capture has touched: ICP's pose, or, where ICP is degenerate (a flat view: the pose can slide
+along the plane; ICP_DEGENERATE), RGB-D odometry between them (open3d's, colour and depth terms,
+from the ICP pose; an odometry that does not converge rejects the candidate). ICP is the more
+accurate of the two where the geometry fixes the pose (the odometry's photometric term has no
+exposure model). The map around the old visit is not used for the measurement: the mapping
+windows near the revisit refine the old spheres too, so aligning with it pulls the loop towards
+the current, drifted estimate. Figures: docs/benchmarks.md, fourteenth session.
 """
 from __future__ import annotations
 
@@ -37,14 +39,20 @@ from slam.tracking.tracker import Tracker
 # tolerance (wrong associations). Fixed: they bound the cost and the basin, they tune nothing.
 ICP_STRIDE = 4
 ICP_MAX_PAIR = 3.0
+# ICP's normal equations, rotation columns scaled by the median depth (both in metres at the
+# scene), are degenerate when their smallest eigenvalue is below ICP_DEGENERATE x their largest:
+# a flat view lets the pose slide along the plane. Measured: flat views 1e-18 to 4e-5, views with
+# relief 1.4e-2 to 2.5e-2 (generated loop, bundled sample, 7-Scenes; docs/benchmarks.md,
+# fourteenth session). A numerical rank test, not a tuning value.
+ICP_DEGENERATE = 1e-3
 RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
 
 
 @dataclass
 class Verification:
     """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a) (after all
-    tests: the RGB-D odometry, the loop's measurement), None if PnP failed; reason: None when
-    every test passed, else the first failed test and its figures."""
+    tests: the loop's measurement, ICP's or on a flat view the RGB-D odometry's), None if PnP
+    failed; reason: None when every test passed, else the first failed test and its figures."""
 
     T_ab: Optional[np.ndarray]
     reason: Optional[str]
@@ -79,16 +87,18 @@ def _tolerance(z: np.ndarray, tol: float, quad: float) -> np.ndarray:
 
 
 def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.ndarray, iters: int,
-        tol: float, quad: float) -> tuple[np.ndarray, float, float]:
+        tol: float, quad: float) -> tuple[np.ndarray, float, float, float]:
     """Projective point-to-plane ICP. src: (N, 3) points in the source camera (metres); dst_depth
     (H, W) metres with intrinsics dst_K; T_init (4, 4) source camera -> destination camera.
     Returns (T (4, 4), overlap: share of src landing on valid dst depth, inliers: share of those
-    within ``tol + quad z^2`` of the destination surface)."""
+    within ``tol + quad z^2`` of the destination surface, conditioning: smallest / largest
+    eigenvalue of the last normal equations with the rotation columns scaled by the median depth;
+    below ICP_DEGENERATE the geometry does not fix the pose, 0 when no step was taken)."""
     dst_pts = point_map(dst_depth, dst_K)
     dst_n = normal_map(dst_pts)
     h, w = dst_depth.shape
     T = np.array(T_init, dtype=np.float64)
-    overlap, inliers = 0.0, 0.0
+    overlap, inliers, conditioning = 0.0, 0.0, 0.0
     for it in range(iters + 1):
         p = src @ T[:3, :3].T + T[:3, 3]
         z = p[:, 2]
@@ -103,20 +113,23 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
         pv, qv, nv = p[inside][valid], q[valid], n[valid]
         overlap = float(valid.sum()) / max(len(src), 1)
         if len(pv) < 6:
-            return T, overlap, 0.0
+            return T, overlap, 0.0, 0.0
         r = np.einsum("ij,ij->i", nv, pv - qv)
         t = _tolerance(qv[:, 2], tol, quad)
         inliers = float((np.abs(r) < t).mean())
-        if it == iters:
-            break
         use = np.linalg.norm(pv - qv, axis=1) < ICP_MAX_PAIR * t
         if use.sum() < 6:
             break
         J = np.concatenate([np.cross(pv[use], nv[use]), nv[use]], axis=1)      # d r / d (omega, v)
-        H = J.T @ J + 1e-9 * np.eye(6)
-        step = -np.linalg.solve(H, J.T @ r[use])
+        H = J.T @ J
+        scale = np.r_[np.full(3, 1.0 / max(float(np.median(pv[use, 2])), 1e-6)), np.ones(3)]
+        eig = np.linalg.eigvalsh(H * np.outer(scale, scale))
+        conditioning = float(eig[0] / eig[-1]) if eig[-1] > 0 else 0.0
+        if it == iters:
+            break
+        step = -np.linalg.solve(H + 1e-9 * np.eye(6), J.T @ r[use])
         T = orthonormalize(pivot_increment(step, 0.0) @ T)
-    return T, overlap, inliers
+    return T, overlap, inliers, conditioning
 
 
 def rgbd_odometry(new: Keyframe, old: Keyframe, T_init: np.ndarray) -> Optional[np.ndarray]:
@@ -178,7 +191,8 @@ class LoopVerifier:
         depth = new.depth.astype(np.float32)
         pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
         pts = pts[pts[:, 2] > 0]
-        T_ab, overlap, inl = icp(pts, old.depth.astype(np.float32), old.K, T_ab, cfg.icp_iters, cfg.depth_tol, self.quad)
+        T_ab, overlap, inl, conditioning = icp(pts, old.depth.astype(np.float32), old.K, T_ab, cfg.icp_iters,
+                                               cfg.depth_tol, self.quad)
         res = Verification(T_ab, None, n_inl, overlap, inl)
         if overlap < cfg.min_overlap:
             res.reason = f"depth: views overlap {overlap:.2f} < {cfg.min_overlap}"
@@ -197,9 +211,11 @@ class LoopVerifier:
         if res.render_agreement < cfg.min_render_agreement:
             res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
             return res
+        if conditioning >= ICP_DEGENERATE:
+            return res                      # ICP's pose is the measurement
         measured = rgbd_odometry(new, old, T_ab)
         if measured is None:
-            res.reason = "measurement: RGB-D odometry between the two keyframes did not converge"
+            res.reason = "measurement: flat view and RGB-D odometry between the two keyframes did not converge"
             return res
         res.T_ab = measured
         return res
