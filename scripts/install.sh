@@ -56,4 +56,14 @@ fi
 if [ "$BROWSER" = 1 ]; then
   bash scripts/install_browser.sh
 fi
+# Build the installed package's rasterizer kernels now (CUDA where torch sees a GPU, else CPU),
+# into the user's kernel cache, so that the first run does not spend its first minute or two
+# compiling. Run from outside the checkout so that the installed package is the one built.
+# SKIP_KERNEL_BUILD=1 leaves it to the first use.
+if [ "${SKIP_KERNEL_BUILD:-0}" != 1 ]; then
+  VENV_PY="$(cd "$VENV" && pwd)/bin/python"
+  (cd / && "$VENV_PY" -c "import torch
+from rasterizer import _build
+_build.load_jit('cuda' if torch.cuda.is_available() else 'cpu')")
+fi
 echo "installed into $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
