@@ -64,6 +64,7 @@ if [ "${SKIP_KERNEL_BUILD:-0}" != 1 ]; then
   VENV_PY="$(cd "$VENV" && pwd)/bin/python"
   (cd / && "$VENV_PY" -c "import torch
 from rasterizer import _build
-_build.load_jit('cuda' if torch.cuda.is_available() else 'cpu')")
+_build.load_jit('cuda' if torch.cuda.is_available() else 'cpu')") \
+    || echo "warning: the rasterizer kernels did not build (above); the first run will try again" >&2
 fi
 echo "installed into $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
