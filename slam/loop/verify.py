@@ -98,7 +98,8 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
     dst_n = normal_map(dst_pts)
     h, w = dst_depth.shape
     T = np.array(T_init, dtype=np.float64)
-    overlap, inliers, conditioning = 0.0, 0.0, 0.0
+    overlap, inliers = 0.0, 0.0
+    H, depths = None, None       # the last normal equations and their points' depths (conditioning)
     for it in range(iters + 1):
         p = src @ T[:3, :3].T + T[:3, 3]
         z = p[:, 2]
@@ -121,15 +122,23 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
         if use.sum() < 6:
             break
         J = np.concatenate([np.cross(pv[use], nv[use]), nv[use]], axis=1)      # d r / d (omega, v)
-        H = J.T @ J
-        scale = np.r_[np.full(3, 1.0 / max(float(np.median(pv[use, 2])), 1e-6)), np.ones(3)]
-        eig = np.linalg.eigvalsh(H * np.outer(scale, scale))
-        conditioning = float(eig[0] / eig[-1]) if eig[-1] > 0 else 0.0
+        H, depths = J.T @ J, pv[use, 2]
         if it == iters:
             break
         step = -np.linalg.solve(H + 1e-9 * np.eye(6), J.T @ r[use])
         T = orthonormalize(pivot_increment(step, 0.0) @ T)
-    return T, overlap, inliers, conditioning
+    return T, overlap, inliers, _conditioning(H, depths)
+
+
+def _conditioning(H: Optional[np.ndarray], depths: Optional[np.ndarray]) -> float:
+    """Smallest / largest eigenvalue of ICP's (6, 6) normal equations ``H`` (rotation, then
+    translation) with the rotation rows and columns divided by the median of ``depths`` (its
+    points' depths, metres: both blocks in metres at the scene); 0 when there is none."""
+    if H is None:
+        return 0.0
+    scale = np.r_[np.full(3, 1.0 / max(float(np.median(depths)), 1e-6)), np.ones(3)]
+    eig = np.linalg.eigvalsh(H * np.outer(scale, scale))
+    return float(eig[0] / eig[-1]) if eig[-1] > 0 else 0.0
 
 
 def rgbd_odometry(new: Keyframe, old: Keyframe, T_init: np.ndarray) -> Optional[np.ndarray]:
