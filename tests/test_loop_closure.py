@@ -158,19 +158,24 @@ def test_the_viewer_draws_loop_edges_between_keyframe_centres():
     assert np.allclose(seg, [[0, 0, 0], [1, 2, 3]])
 
 
+def _keyframe_pair(ka, kb):
+    """Generated views ka (the old keyframe) and kb (the new one) at 80x60, the new one's pose in
+    the old camera (truth), and a start 2.7 cm / 0.86 deg off it."""
+    Ta, rgb_a, depth_a, K = _view(ka)
+    Tb, rgb_b, depth_b, _ = _view(kb)
+    truth = np.linalg.inv(Ta) @ Tb
+    start = apply_increment(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01]))
+    return Keyframe(0, 0.0, Ta, rgb_a, depth_a, K, kf_id=0), Keyframe(1, 0.1, Tb, rgb_b, depth_b, K, kf_id=20), truth, start
+
+
 @pytest.mark.parametrize("ka, kb", [(0, 2), (10, 12), (20, 22), (30, 33)])
 def test_the_loop_measurement_recovers_the_relative_pose_of_two_keyframes(ka, kb):
     """The loop edge's measurement on flat views (RGB-D odometry between the two keyframes, no
-    map involved) from a start 2.7 cm / 0.86 deg off: within 5 mm / 0.3 deg (measured: 0.7-3.0 mm, 0.05-0.19
-    deg). The view pair 30 -> 33 is mostly one flat wall, where depth-only ICP from the same start
-    slides 2.4 cm."""
+    map involved) from a start 2.7 cm / 0.86 deg off: within 5 mm / 0.3 deg (measured: 0.7-3.0
+    mm, 0.05-0.19 deg). The view pair 30 -> 33 is mostly one flat wall, where depth-only ICP from
+    the same start slides 2.4 cm."""
     from slam.loop.verify import rgbd_odometry
-    Ta, rgb_a, depth_a, K = _view(ka)
-    Tb, rgb_b, depth_b, _ = _view(kb)
-    old = Keyframe(0, 0.0, Ta, rgb_a, depth_a, K, kf_id=0)
-    new = Keyframe(1, 0.1, Tb, rgb_b, depth_b, K, kf_id=20)
-    truth = np.linalg.inv(Ta) @ Tb
-    start = apply_increment(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01]))
+    old, new, truth, start = _keyframe_pair(ka, kb)
     T = rgbd_odometry(new, old, start)
     assert T is not None
     shift, turn = edge_residual(np.eye(4), T, truth)
@@ -181,16 +186,13 @@ def test_the_loop_measurement_takes_a_keyframe_of_another_size():
     """A saved map's keyframes are stored at most 320 wide: a live keyframe at twice that size is
     resampled to the saved one's, and the odometry still recovers the pose."""
     from slam.loop.verify import rgbd_odometry
-    Ta, rgb_a, depth_a, K = _view(10)
-    Tb, rgb_b, depth_b, _ = _view(12)
+    old, new, truth, start = _keyframe_pair(10, 12)
     big = lambda a: np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)   # noqa: E731  (exact 2x upsample)
-    Kb = K.copy()
-    Kb[:2] *= 2.0
-    Kb[:2, 2] += 0.5     # pixel centres: x' = 2 x + 0.5
-    old = Keyframe(0, 0.0, Ta, rgb_a, depth_a, K, kf_id=0)
-    new = Keyframe(1, 0.1, Tb, big(rgb_b), big(depth_b), Kb, kf_id=20)
-    truth = np.linalg.inv(Ta) @ Tb
-    T = rgbd_odometry(new, old, apply_increment(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01])))
+    K2 = new.K.copy()
+    K2[:2] *= 2.0
+    K2[:2, 2] += 0.5     # pixel centres: x' = 2 x + 0.5
+    new = Keyframe(1, 0.1, new.T_wc, big(new.color), big(new.depth), K2, kf_id=20)
+    T = rgbd_odometry(new, old, start)
     assert T is not None
     shift, turn = edge_residual(np.eye(4), T, truth)
     assert shift < 0.005 and turn < 0.3, (shift, turn)
@@ -203,13 +205,10 @@ def test_icp_reports_a_flat_view_as_degenerate():
     from slam.loop.verify import ICP_DEGENERATE, icp, point_map
     conditioning = {}
     for ka, kb in ((10, 12), (30, 33)):
-        Ta, _, depth_a, K = _view(ka)
-        Tb, _, depth_b, _ = _view(kb)
-        truth = np.linalg.inv(Ta) @ Tb
-        src = point_map(depth_b.astype(np.float32), K)[::4, ::4].reshape(-1, 3)
+        old, new, truth, start = _keyframe_pair(ka, kb)
+        src = point_map(new.depth.astype(np.float32), new.K)[::4, ::4].reshape(-1, 3)
         src = src[src[:, 2] > 0]
-        start = apply_increment(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01]))
-        T, overlap, inliers, conditioning[kb] = icp(src, depth_a.astype(np.float32), K, start, 10, 0.03, 0.005)
+        T, overlap, inliers, conditioning[kb] = icp(src, old.depth.astype(np.float32), old.K, start, 10, 0.03, 0.005)
         assert overlap > 0.5 and inliers > 0.9
         if kb == 12:
             assert edge_residual(np.eye(4), T, truth)[0] < 0.002
