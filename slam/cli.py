@@ -84,6 +84,22 @@ def _sigterm_as_interrupt(signum, frame):  # pragma: no cover - exercised by the
     raise KeyboardInterrupt()
 
 
+def _defer_interrupts() -> list:
+    """From here on a Ctrl-C / SIGTERM is noted, not obeyed: the run is over and its outputs
+    are being written (writing them is what stopping cleanly is for). Returns the list the
+    signals are noted in."""
+    noted: list = []
+
+    def note(signum, frame):  # pragma: no cover - exercised by the web viewer test's timing
+        if not noted:
+            print("run_slam: writing the outputs, then stopping", file=sys.stderr, flush=True)
+        noted.append(signum)
+
+    signal.signal(signal.SIGINT, note)
+    signal.signal(signal.SIGTERM, note)
+    return noted
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -167,6 +183,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("run failed:\n%s", traceback.format_exc())
         print(f"run_slam: error: {type(exc).__name__}: {exc} (details in {run_dir / 'log.txt'})", file=sys.stderr)
     finally:
+        late_interrupts = _defer_interrupts()
         progress.close()
         source.close()
         journal.close()
@@ -191,7 +208,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; {r['relocalisations_later']} later)")
     logging.getLogger("slam").removeHandler(handler)
     handler.close()
-    return rc
+    return 130 if late_interrupts and rc == 0 else rc
 
 
 if __name__ == "__main__":  # pragma: no cover

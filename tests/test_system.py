@@ -144,6 +144,22 @@ def test_cli_interrupt_leaves_outputs(tmp_path, sample_run):
     assert len((out / "trajectory.txt").read_text().strip().splitlines()) - 2 == m["frames"]
 
 
+def test_a_ctrl_c_while_the_outputs_are_written_is_noted_not_obeyed():
+    """After the run, run_slam writes its outputs; a Ctrl-C or SIGTERM arriving then (the input
+    ended just before it) must not kill the process half-way through writing them."""
+    from slam.cli import _defer_interrupts
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        noted = _defer_interrupts()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)                       # the handlers run between bytecodes; no exception
+        assert noted == [signal.SIGINT, signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
 def test_cli_bad_config_and_missing_data_exit_2(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     bad = subprocess.run([sys.executable, "-m", "slam.cli", "--set", "tracking.itres=3"], cwd=tmp_path,
