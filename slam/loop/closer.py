@@ -1,8 +1,12 @@
 """The loop stage: for each mapped keyframe, find earlier keyframes that see the same place, verify
 the best candidates geometrically, and when a verified loop disagrees with the current keyframe
 poses, optimise the pose graph and hand the corrections to the mapper (the one writer of the map
-and of the keyframe poses). Runs on its own thread in threaded mode; reads only what it is given
-(the keyframe, the snapshot published after it) and its own database.
+and of the keyframe poses). Every keyframe is also measured against the one before it from their
+depths (``slam.loop.bridges``); a verified loop whose span holds a tracking loss or a snap always
+has its graph optimised, since the loop edge alone can agree with poses a relocalisation or the
+snap set while the keyframes before it still carry the drift. Runs on its own thread in threaded
+mode; reads only what it is given (the keyframe, the snapshot published after it) and its own
+database.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import LoopConfig, QualityConfig, TrackingConfig
+from slam.loop.bridges import Bridges
 from slam.loop.descriptor import global_descriptor, similarity
 from slam.loop.messages import LoopCorrection, LoopEvent
 from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
@@ -45,6 +50,7 @@ class LoopCloser:
         self.loops: list[LoopEdge] = []
         self.events: list[LoopEvent] = []
         self.gauge: Optional[int] = None
+        self.bridges = Bridges(cfg, self.verifier.measure)
         self.keyframes = 0
         self.skipped = 0          # keyframes the mapper could not hand over (stage busy)
         self.ms = 0.0
@@ -57,14 +63,18 @@ class LoopCloser:
         for kf in keyframes:
             self._remember(kf)
 
-    def process(self, kf: Keyframe, snap, live_ids: Optional[set] = None) -> Optional[LoopCorrection]:
+    def process(self, kf: Keyframe, snap, live_ids: Optional[set] = None,
+                after_loss: bool = False) -> Optional[LoopCorrection]:
         """Handle one mapped keyframe ``kf`` given the snapshot published after it (its
         ``keyframe_poses`` are the current estimates); ``live_ids``: keyframe ids still in the
-        store (others leave the database). Returns the correction it submitted, if any."""
+        store (others leave the database); ``after_loss``: tracking was lost since the previous
+        keyframe this stage saw. Returns the correction it submitted, if any."""
         t0 = time.perf_counter()
         self.keyframes += 1
         if self.gauge is None:
             self.gauge = min(snap.keyframe_poses) if snap.keyframe_poses else kf.kf_id
+        older = [k for k in self.database if k < kf.kf_id]
+        self.bridges.add(kf, self.database[max(older)].kf if older else None, snap.keyframe_poses, after_loss)
         entry = self._remember(kf)
         if live_ids is not None:
             for k in [k for k in self.database if k not in live_ids and k != kf.kf_id]:
@@ -121,13 +131,15 @@ class LoopCloser:
         edge = LoopEdge(a, b, v.T_ab)
         event.shift_m, event.turn_deg = motion_size(correction(poses[b], poses[a] @ v.T_ab))
         self.loops.append(edge)
-        if event.shift_m < self.cfg.min_correction and event.turn_deg < self.cfg.min_correction_deg:
-            event.outcome, event.reason = "consistent", "verified; the poses already agree"
-            event.ms = (time.perf_counter() - t0) * 1e3
-            return event, None
         graph_poses = {k: np.asarray(T) for k, T in poses.items() if k <= b}
-        sol = optimise_pose_graph(graph_poses, self.loops, self.cfg, self.gauge)
+        untrusted = self.bridges.untrusted(sorted(graph_poses))
+        spans_break = any(a <= p < b for p, _ in untrusted)
+        if not spans_break and self._small(event.shift_m, event.turn_deg):
+            return self._consistent(event, t0, "verified; the poses already agree")
+        sol = optimise_pose_graph(graph_poses, self.loops, self.cfg, self.gauge, untrusted)
         corrections = {k: correction(graph_poses[k], sol.poses[k]) for k in graph_poses}
+        if spans_break and all(self._small(*motion_size(C)) for C in corrections.values()):
+            return self._consistent(event, t0, "verified; the graph (a loss or snap in the loop) moves no keyframe")
         corr = LoopCorrection(corrections, corrections[b], (a, b))
         self.submit(corr)
         self._awaiting = (a, b)
@@ -136,6 +148,15 @@ class LoopCloser:
         log.info("loop closed: keyframe %d -> %d (%.1f cm, %.2f deg off; graph error %.3g -> %.3g)",
                  b, a, event.shift_m * 100, event.turn_deg, sol.error_before, sol.error_after)
         return event, corr
+
+    def _small(self, shift_m: float, turn_deg: float) -> bool:
+        return shift_m < self.cfg.min_correction and turn_deg < self.cfg.min_correction_deg
+
+    @staticmethod
+    def _consistent(event: LoopEvent, t0: float, why: str) -> tuple[LoopEvent, None]:
+        event.outcome, event.reason = "consistent", why
+        event.ms = (time.perf_counter() - t0) * 1e3
+        return event, None
 
     # ------------------------------------------------------------------ report
     def summary(self) -> dict:
@@ -153,6 +174,7 @@ class LoopCloser:
             "consistent": sum(e.outcome == "consistent" for e in self.events),
             "rejected": sum(e.outcome == "rejected" for e in self.events),
             "rejected_by": reasons,
+            "bridges": self.bridges.summary(),
             "ms_total": self.ms,
             "ms_per_keyframe": self.ms / max(self.keyframes, 1),
             "events": [dict(vars(e)) for e in self.events[:200]],

@@ -5,12 +5,19 @@ Nodes: keyframe poses T_wc. Edges: odometry between consecutive keyframes (the r
 their current estimates, Gaussian noise from ``loop.odometry_sigma_*``), every verified loop
 (Huber-robust, ``loop.loop_sigma_*``), and a prior on the gauge keyframe (the first). Solved by
 Levenberg-Marquardt on SE(3).
+
+Where the current relative pose of two consecutive keyframes is not to be trusted (a tracking
+loss or a snap between them: ``slam.loop.bridges``), their edge is the two keyframes' own
+measurement (ICP / RGB-D odometry, a "bridge", noise as a loop's), or, when there is none, the
+current relative pose with LOST_SIGMA_SCALE x the odometry's noise: it keeps the graph connected
+and says nothing else.
 """
 from __future__ import annotations
 
 import importlib.util
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -20,6 +27,7 @@ from slam.geometry import invert, orthonormalize
 # The gauge prior is far stiffer than any edge: it pins the first keyframe, it tunes nothing.
 GAUGE_SIGMA = 1e-6
 HUBER_K = 1.345          # the usual 95 %-efficiency Huber constant (in standard deviations)
+LOST_SIGMA_SCALE = 100.0 # an unmeasured edge across a tracking loss: 1 m / 50 deg at the defaults
 
 
 def gtsam_available() -> bool:
@@ -69,9 +77,12 @@ def _sigmas(trans: float, rot_deg: float) -> np.ndarray:
     return np.array([math.radians(rot_deg)] * 3 + [trans] * 3)
 
 
-def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gauge: int) -> GraphSolution:
+def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gauge: int,
+                        untrusted: Optional[dict] = None) -> GraphSolution:
     """Optimise keyframe poses (id -> T_wc (4, 4) float64) given loop edges; the gauge keyframe's
-    pose is held. Odometry edges join keyframes consecutive in id order."""
+    pose is held. Odometry edges join keyframes consecutive in id order; ``untrusted``: (a, b) ->
+    the edge's measurement T_ab (4, 4) instead of the current relative pose, or None for an edge
+    that only keeps the graph connected."""
     import gtsam  # optional heavy dependency (loop closure only)
 
     ids = sorted(poses)
@@ -82,12 +93,17 @@ def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gau
     graph.add(gtsam.PriorFactorPose3(gauge, gtsam.Pose3(np.asarray(poses[gauge], dtype=np.float64)),
                                      gtsam.noiseModel.Isotropic.Sigma(6, GAUGE_SIGMA)))
     odo = gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg))
-    for a, b in zip(ids[:-1], ids[1:]):
-        rel = invert(np.asarray(poses[a])) @ np.asarray(poses[b])
-        graph.add(gtsam.BetweenFactorPose3(a, b, gtsam.Pose3(orthonormalize(rel)), odo))
+    unknown = gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg)
+                                               * LOST_SIGMA_SCALE)
     loop_noise = gtsam.noiseModel.Robust.Create(
         gtsam.noiseModel.mEstimator.Huber.Create(HUBER_K),
         gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.loop_sigma_trans, cfg.loop_sigma_rot_deg)))
+    untrusted = untrusted or {}
+    for a, b in zip(ids[:-1], ids[1:]):
+        rel, noise = invert(np.asarray(poses[a])) @ np.asarray(poses[b]), odo
+        if (a, b) in untrusted:
+            rel, noise = (rel, unknown) if untrusted[(a, b)] is None else (untrusted[(a, b)], loop_noise)
+        graph.add(gtsam.BetweenFactorPose3(a, b, gtsam.Pose3(orthonormalize(rel)), noise))
     for e in loops:
         if e.a in poses and e.b in poses:
             graph.add(gtsam.BetweenFactorPose3(e.a, e.b, gtsam.Pose3(orthonormalize(e.T_ab)), loop_noise))

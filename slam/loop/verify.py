@@ -197,17 +197,9 @@ class LoopVerifier:
         if pnp is None:
             return Verification(None, f"features: fewer than {cfg.min_pnp_inliers} PnP inliers")
         T_ab, n_inl = pnp
-        depth = new.depth.astype(np.float32)
-        pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
-        pts = pts[pts[:, 2] > 0]
-        T_ab, overlap, inl, conditioning = icp(pts, old.depth.astype(np.float32), old.K, T_ab, cfg.icp_iters,
-                                               cfg.depth_tol, self.quad)
-        res = Verification(T_ab, None, n_inl, overlap, inl)
-        if overlap < cfg.min_overlap:
-            res.reason = f"depth: views overlap {overlap:.2f} < {cfg.min_overlap}"
-            return res
-        if inl < cfg.min_inliers:
-            res.reason = f"depth: {inl:.2f} of the overlap agrees after ICP < {cfg.min_inliers}"
+        T_ab, overlap, inl, conditioning = self._icp(new, old, T_ab)
+        res = Verification(T_ab, self._depth_reason(overlap, inl), n_inl, overlap, inl)
+        if res.reason is not None:
             return res
         old_map = snap.up_to(max_anchor)
         tracker = Tracker(self.tracking_cfg, self.quality_cfg, self.backend)
@@ -220,14 +212,44 @@ class LoopVerifier:
         if res.render_agreement < cfg.min_render_agreement:
             res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
             return res
-        if conditioning >= ICP_DEGENERATE:
-            return res                      # ICP's pose is the measurement
-        measured = rgbd_odometry(new, old, T_ab)
-        if measured is None:
-            res.reason = "measurement: flat view and RGB-D odometry between the two keyframes did not converge"
-            return res
-        res.T_ab = measured
+        measured, res.reason = self._on_flat_view(new, old, T_ab, conditioning)
+        res.T_ab = measured if measured is not None else T_ab
         return res
+
+    def measure(self, new: Keyframe, old: Keyframe, T_init: np.ndarray) -> tuple[Optional[np.ndarray], Optional[str]]:
+        """The relative pose (4, 4) of ``new``'s camera in ``old``'s from their depths alone (ICP
+        from ``T_init`` (4, 4), RGB-D odometry on a flat view), or (None, why) when the views do
+        not overlap and agree as a loop's must (``loop.min_overlap``, ``loop.min_inliers``)."""
+        T, overlap, inl, conditioning = self._icp(new, old, T_init)
+        reason = self._depth_reason(overlap, inl)
+        if reason is not None:
+            return None, reason
+        return self._on_flat_view(new, old, T, conditioning)
+
+    # ------------------------------------------------------------------ the measurement's steps
+    def _icp(self, new: Keyframe, old: Keyframe, T_init: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+        depth = new.depth.astype(np.float32)
+        pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
+        pts = pts[pts[:, 2] > 0]
+        return icp(pts, old.depth.astype(np.float32), old.K, T_init, self.cfg.icp_iters, self.cfg.depth_tol, self.quad)
+
+    def _depth_reason(self, overlap: float, inliers: float) -> Optional[str]:
+        if overlap < self.cfg.min_overlap:
+            return f"depth: views overlap {overlap:.2f} < {self.cfg.min_overlap}"
+        if inliers < self.cfg.min_inliers:
+            return f"depth: {inliers:.2f} of the overlap agrees after ICP < {self.cfg.min_inliers}"
+        return None
+
+    @staticmethod
+    def _on_flat_view(new: Keyframe, old: Keyframe, T_icp: np.ndarray,
+                      conditioning: float) -> tuple[Optional[np.ndarray], Optional[str]]:
+        """ICP's pose where the geometry fixes it, else the RGB-D odometry's from it."""
+        if conditioning >= ICP_DEGENERATE:
+            return T_icp, None
+        measured = rgbd_odometry(new, old, T_icp)
+        if measured is None:
+            return None, "measurement: flat view and RGB-D odometry between the two keyframes did not converge"
+        return measured, None
 
     @torch.no_grad()
     def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: Optional[int]) -> float:

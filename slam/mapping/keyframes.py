@@ -26,7 +26,9 @@ class Keyframe:
     color: (h, w, 3) uint8; depth: (h, w) float16 metres; K: (3, 3) float64 for (h, w);
     kf_id: the keyframe's id, unique within a map (saved maps keep theirs; -1 = not assigned);
     map_loops: loop corrections the map had applied when the keyframe was tracked (the mapper
-    applies those it missed).
+    applies those it missed); after_loss: tracking failed or was relocalised between the
+    previous keyframe and this one, so the tracker's relative pose between them is not a
+    measurement (the loop stage's pose graph measures it from the two keyframes instead).
 
     ``T_wc`` is the keyframe's current estimate: the mapper (its one writer) replaces the array
     when it refines the pose or applies a loop correction, never edits it in place, so a reader
@@ -40,6 +42,7 @@ class Keyframe:
     K: np.ndarray
     kf_id: int = -1
     map_loops: int = 0
+    after_loss: bool = False
 
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1, kf_id: int = -1) -> "Keyframe":

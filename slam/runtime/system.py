@@ -79,6 +79,8 @@ class SlamSystem:
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
         self._saved_keyframes: list = []    # localize: the saved map's keyframes, written back as they were
         self._next_kf_id = 0                # keyframe ids: unique within the map (saved ones kept)
+        self._lost_since_keyframe = False   # tracking thread: a frame failed or was relocalised
+        self._loss_not_sent = False         # mapping thread: a skipped loop message's loss
         self.loop: Optional[LoopCloser] = None
         if cfg.loop.enabled:
             if gtsam_available():
@@ -149,9 +151,11 @@ class SlamSystem:
         self.recorder.add_frame(rec)
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
+        self._lost_since_keyframe = self._lost_since_keyframe or not res.ok or res.recovered
         kf = self._keyframe(frame, obs, res.T_wc, kf_id) if is_kf else None
         if kf is not None:
             kf.map_loops = len(snap.loop_edges) if snap is not None else 0
+            kf.after_loss, self._lost_since_keyframe = self._lost_since_keyframe and kf_id > 0, False
         return rec, kf
 
     def _keyframe(self, frame: Frame, obs: Observation, T_wc: np.ndarray, kf_id: int) -> Keyframe:
@@ -171,10 +175,18 @@ class SlamSystem:
 
     def loop_message(self, kf: Keyframe) -> Optional[tuple]:
         """What the loop stage needs about a just-mapped keyframe (mapping thread): the keyframe,
-        the snapshot published after it, the ids still in the store; None without a loop stage."""
+        the snapshot published after it, the ids still in the store, and whether tracking was
+        lost since the last keyframe the loop stage saw; None without a loop stage."""
         if self.loop is None:
             return None
-        return kf, self.smap.latest(), {k.kf_id for k in self.store.items}
+        after_loss, self._loss_not_sent = kf.after_loss or self._loss_not_sent, False
+        return kf, self.smap.latest(), {k.kf_id for k in self.store.items}, after_loss
+
+    def loop_skipped(self, message: tuple) -> None:
+        """The loop stage was busy and ``message`` was dropped (mapping thread): its loss, if
+        any, goes with the next message."""
+        self.loop.skipped += 1
+        self._loss_not_sent = self._loss_not_sent or message[3]
 
     def loop_step(self, message: tuple) -> None:
         """Look for a loop at one keyframe (loop thread); corrections go to the mapper's inbox."""

@@ -119,7 +119,7 @@ class _ThreadedRun:
             self.map_ready.set()
             message = self.system.loop_message(kf)
             if message is not None and not self.loops.offer(message):
-                self.system.loop.skipped += 1
+                self.system.loop_skipped(message)
 
     def loop_loop(self) -> None:
         try:
