@@ -106,5 +106,5 @@ class Bridges:
         gate = self.gate()
         return {"keyframes_after_loss": len(self.losses), "bridges": len(self.measured),
                 "not_measured": self.not_measured,
-                "snaps": sum(b not in self.losses and self._snap((a, b), gate) for a, b in self.measured),
+                "snaps": int(sum(b not in self.losses and self._snap((a, b), gate) for a, b in self.measured)),
                 "snap_gate_m_deg": [float(g) for g in gate]}
