@@ -32,6 +32,20 @@ def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:
     return out
 
 
+def pivot_information_to_body(H: np.ndarray, z_pivot: float) -> np.ndarray:
+    """Information (6, 6) of a pose estimated with ``pivot_increment`` steps on T_cw (H: the pose
+    block of the normal equations, rows (rotation rad, translation m) about the pivot (0, 0,
+    z_pivot)) -> the same information in the body-frame tangent of T_wc, T_wc Exp(xi) with
+    xi = (rotation rad, translation m): gtsam's Pose3 convention. To first order a step delta on
+    T_cw is the body-frame perturbation xi = -A delta of T_wc, A = [[I, 0], [[p]x, I]], so the
+    information becomes A^-T H A^-1."""
+    p = np.array([0.0, 0.0, float(z_pivot)])
+    A_inv = np.eye(6)
+    A_inv[3:, :3] = -np.array([[0.0, -p[2], p[1]], [p[2], 0.0, -p[0]], [-p[1], p[0], 0.0]])
+    H = np.asarray(H, dtype=np.float64)[:6, :6]
+    return A_inv.T @ H @ A_inv
+
+
 def invert(T: torch.Tensor) -> torch.Tensor:
     """Inverse of a rigid 4x4 transform (torch or numpy)."""
     if isinstance(T, np.ndarray):

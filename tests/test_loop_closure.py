@@ -4,8 +4,9 @@ corrects the loop's own error and lowers the whole trajectory's ATE; odometry ed
 tracking loss or a snap take the keyframes' own measurement (bridges); a look-alike (a flat
 poster of a mapped view) is rejected by verification; the loop's measurement (ICP, or RGB-D
 odometry where ICP reports a flat view) recovers the two keyframes' relative pose; the pose graph
-spreads a loop's error and holds the gauge; anchored spheres move with their keyframes; saved
-maps keep their anchors and keyframe ids."""
+spreads a loop's error and holds the gauge, and puts it where the tracker's information is
+weakest; anchored spheres move with their keyframes; saved maps keep their anchors and keyframe
+ids."""
 import sys
 from pathlib import Path
 
@@ -268,3 +269,50 @@ def test_icp_reports_a_flat_view_as_degenerate():
         if kb == 12:
             assert edge_residual(np.eye(4), T, truth)[0] < 0.002
     assert conditioning[12] > 10 * ICP_DEGENERATE and conditioning[33] < 0.1 * ICP_DEGENERATE, conditioning
+
+
+def test_the_trackers_information_is_carried_to_the_body_frame_of_the_pose():
+    """A pivot step on T_cw and the body-frame perturbation of T_wc it makes have the same
+    quadratic form under the converted information."""
+    from slam.geometry import invert, pivot_increment, pivot_information_to_body
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(6, 6))
+    H, z_pivot = B @ B.T + np.eye(6), 1.7
+    I_body = pivot_information_to_body(H, z_pivot)
+    T_wc = apply_increment(np.eye(4), np.array([0.2, -0.1, 0.3, 0.5, 1.0, -0.4]))
+    for _ in range(5):
+        delta = rng.normal(size=6) * 1e-6
+        E = invert(T_wc) @ invert(pivot_increment(delta, z_pivot) @ invert(T_wc))   # T_wc E = T_wc'
+        xi = np.r_[E[2, 1], E[0, 2], E[1, 0], E[:3, 3]]
+        assert np.isclose(xi @ I_body @ xi, delta @ H @ delta, rtol=1e-4)
+
+
+def test_an_odometry_edge_takes_the_trackers_shape_and_the_configured_size():
+    from slam.loop.pose_graph import odometry_information
+    cfg = load_config("default.yaml", []).loop
+    default = odometry_information(None, cfg)
+    sig = np.sqrt(1.0 / np.diag(default))
+    assert np.allclose(odometry_information(np.diag(1.0 / sig ** 2) * 1e4, cfg), default)  # scale is dropped
+    weak_x = np.diag(1.0 / sig ** 2)
+    weak_x[3, 3] /= 50.0                       # the frame hardly saw motion along x
+    info = odometry_information(weak_x, cfg)
+    assert info[3, 3] < 0.1 * default[3, 3] and info[4, 4] > default[4, 4]
+    assert np.isclose(np.linalg.det(info[3:, 3:]), np.linalg.det(default[3:, 3:]), rtol=1e-6)
+    assert np.allclose(odometry_information(-weak_x, cfg), default)           # not positive definite
+
+
+def test_the_pose_graph_puts_a_loop_correction_where_the_tracker_saw_least():
+    from slam.loop.pose_graph import LoopEdge, odometry_information, optimise_pose_graph
+    cfg = load_config("default.yaml", []).loop
+    truth, _ = _chain(10, 10, np.zeros(6))
+    drifted = {i: apply_increment(T, np.array([0, 0, 0, 0.004 * i, 0, 0])) for i, T in truth.items()}
+    loop = LoopEdge(0, 9, _rel(truth, 0, 9))
+    sig = np.sqrt(1.0 / np.diag(odometry_information(None, cfg)))
+    weak_x = np.diag(1.0 / sig ** 2)
+    weak_x[3, 3] /= 50.0
+    sol = optimise_pose_graph(drifted, [loop], cfg, gauge=0, information={5: weak_x})
+
+    def moved(a, b):     # how much the graph changed the relative pose a -> b along x
+        return abs(_rel(sol.poses, a, b)[0, 3] - _rel(drifted, a, b)[0, 3])
+
+    assert moved(4, 5) > 3 * max(moved(i, i + 1) for i in range(9) if i != 4)

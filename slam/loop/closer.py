@@ -136,7 +136,9 @@ class LoopCloser:
         spans_break = any(a <= p < b for p, _ in untrusted)
         if not spans_break and self._small(event.shift_m, event.turn_deg):
             return self._consistent(event, t0, "verified; the poses already agree")
-        sol = optimise_pose_graph(graph_poses, self.loops, self.cfg, self.gauge, untrusted)
+        information = {k: e.kf.information for k, e in self.database.items()
+                       if k in graph_poses and e.kf.information is not None}
+        sol = optimise_pose_graph(graph_poses, self.loops, self.cfg, self.gauge, untrusted, information)
         corrections = {k: correction(graph_poses[k], sol.poses[k]) for k in graph_poses}
         if spans_break and all(self._small(*motion_size(C)) for C in corrections.values()):
             return self._consistent(event, t0, "verified; the graph (a loss or snap in the loop) moves no keyframe")

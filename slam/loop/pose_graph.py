@@ -2,7 +2,8 @@
 ``gtsam_available`` says whether it is installed; docs/ARCHITECTURE.md says why gtsam).
 
 Nodes: keyframe poses T_wc. Edges: odometry between consecutive keyframes (the relative pose of
-their current estimates, Gaussian noise from ``loop.odometry_sigma_*``), every verified loop
+their current estimates, Gaussian noise from ``loop.odometry_sigma_*``, shaped by the tracker's
+information on the newer keyframe where known: ``odometry_information``), every verified loop
 (Huber-robust, ``loop.loop_sigma_*``), and a prior on the gauge keyframe (the first). Solved by
 Levenberg-Marquardt on SE(3).
 
@@ -28,6 +29,10 @@ from slam.geometry import invert, orthonormalize
 GAUGE_SIGMA = 1e-6
 HUBER_K = 1.345          # the usual 95 %-efficiency Huber constant (in standard deviations)
 LOST_SIGMA_SCALE = 100.0 # an unmeasured edge across a tracking loss: 1 m / 50 deg at the defaults
+# The tracker's information shapes an odometry edge within SHAPE_RANGE x (either way) of the
+# configured sigmas: it says which directions the frame pinned down and which it hardly saw, its
+# absolute scale (thousands of correlated pixels) would claim far more than the tracker knows.
+SHAPE_RANGE = 100.0
 
 
 def gtsam_available() -> bool:
@@ -77,12 +82,33 @@ def _sigmas(trans: float, rot_deg: float) -> np.ndarray:
     return np.array([math.radians(rot_deg)] * 3 + [trans] * 3)
 
 
+def odometry_information(information: Optional[np.ndarray], cfg: LoopConfig) -> np.ndarray:
+    """(6, 6) information of an odometry edge (gtsam order: rotation rad, translation m). Without
+    the tracker's ``information`` (6, 6; up to scale) or when it is not positive definite: the
+    configured sigmas' diagonal. Else its shape: in units of the configured sigmas, each block
+    (rotation, translation) is scaled to determinant 1, so the sigmas keep setting the size while
+    the tracker sets the directions and the coupling; eigenvalues are kept within SHAPE_RANGE x."""
+    sig = _sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg)
+    default = np.diag(1.0 / sig ** 2)
+    if information is None:
+        return default
+    M = np.asarray(information, dtype=np.float64) * np.outer(sig, sig)    # dimensionless
+    M = 0.5 * (M + M.T)
+    if not np.all(np.isfinite(M)) or np.linalg.eigvalsh(M)[0] <= 0:
+        return default
+    scale = np.repeat([np.linalg.det(M[:3, :3]) ** (-1 / 6), np.linalg.det(M[3:, 3:]) ** (-1 / 6)], 3)
+    w, V = np.linalg.eigh(M * np.outer(scale, scale))
+    M = (V * np.clip(w, 1.0 / SHAPE_RANGE, SHAPE_RANGE)) @ V.T
+    return M / np.outer(sig, sig)
+
+
 def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gauge: int,
-                        untrusted: Optional[dict] = None) -> GraphSolution:
+                        untrusted: Optional[dict] = None, information: Optional[dict] = None) -> GraphSolution:
     """Optimise keyframe poses (id -> T_wc (4, 4) float64) given loop edges; the gauge keyframe's
     pose is held. Odometry edges join keyframes consecutive in id order; ``untrusted``: (a, b) ->
     the edge's measurement T_ab (4, 4) instead of the current relative pose, or None for an edge
-    that only keeps the graph connected."""
+    that only keeps the graph connected; ``information``: keyframe id -> the tracker's (6, 6)
+    information on its pose (``odometry_information`` shapes the edge into that keyframe)."""
     import gtsam  # optional heavy dependency (loop closure only)
 
     ids = sorted(poses)
@@ -98,9 +124,11 @@ def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gau
     loop_noise = gtsam.noiseModel.Robust.Create(
         gtsam.noiseModel.mEstimator.Huber.Create(HUBER_K),
         gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.loop_sigma_trans, cfg.loop_sigma_rot_deg)))
-    untrusted = untrusted or {}
+    untrusted, information = untrusted or {}, information or {}
     for a, b in zip(ids[:-1], ids[1:]):
         rel, noise = invert(np.asarray(poses[a])) @ np.asarray(poses[b]), odo
+        if b in information:
+            noise = gtsam.noiseModel.Gaussian.Information(odometry_information(information[b], cfg))
         if (a, b) in untrusted:
             rel, noise = (rel, unknown) if untrusted[(a, b)] is None else (untrusted[(a, b)], loop_noise)
         graph.add(gtsam.BetweenFactorPose3(a, b, gtsam.Pose3(orthonormalize(rel)), noise))

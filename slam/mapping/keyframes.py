@@ -28,7 +28,9 @@ class Keyframe:
     map_loops: loop corrections the map had applied when the keyframe was tracked (the mapper
     applies those it missed); after_loss: tracking failed or was relocalised between the
     previous keyframe and this one, so the tracker's relative pose between them is not a
-    measurement (the loop stage's pose graph measures it from the two keyframes instead).
+    measurement (the loop stage's pose graph measures it from the two keyframes instead);
+    information: (6, 6) the tracker's information on this keyframe's pose, up to scale
+    (``TrackResult.information``; None when not known, e.g. a saved map's keyframes).
 
     ``T_wc`` is the keyframe's current estimate: the mapper (its one writer) replaces the array
     when it refines the pose or applies a loop correction, never edits it in place, so a reader
@@ -43,6 +45,7 @@ class Keyframe:
     kf_id: int = -1
     map_loops: int = 0
     after_loss: bool = False
+    information: Optional[np.ndarray] = None
 
     @staticmethod
     def from_frame(frame, T_wc: np.ndarray, downscale: int = 1, kf_id: int = -1) -> "Keyframe":

@@ -156,6 +156,7 @@ class SlamSystem:
         if kf is not None:
             kf.map_loops = len(snap.loop_edges) if snap is not None else 0
             kf.after_loss, self._lost_since_keyframe = self._lost_since_keyframe and kf_id > 0, False
+            kf.information = res.information
         return rec, kf
 
     def _keyframe(self, frame: Frame, obs: Observation, T_wc: np.ndarray, kf_id: int) -> Keyframe:

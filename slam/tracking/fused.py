@@ -36,7 +36,7 @@ import torch
 import rasterizer
 from rasterizer import lm_state as L
 from slam.config import QualityConfig, TrackingConfig
-from slam.geometry import invert, orthonormalize
+from slam.geometry import invert, orthonormalize, pivot_information_to_body
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
 from slam.tracking import lm
@@ -170,7 +170,8 @@ class FusedSolver:
         known = cnt / max(float(res.n_valid), 1.0)
         q = TrackQuality(known, res.n_depth_in / cnt, res.n_color_in / cnt, conditioning(res.H))
         T_cw = host[L.T:L.T + 16].reshape(4, 4)
-        return TrackResult(orthonormalize(invert(T_cw)), res.l1 / cnt, known, True, False, trials, q)
+        return TrackResult(orthonormalize(invert(T_cw)), res.l1 / cnt, known, True, False, trials, q,
+                           information=pivot_information_to_body(res.H.numpy(), float(host[L.PIVOT])))
 
 
 def pivot_depth(depth: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,10 @@ class TrackResult:
     explains; ok: passed the checks; recovered: needed (and passed) a recovery attempt, or was
     relocalised after being lost; iters: LM iterations run in all; quality: the evidence the
     checks judged; reason: why the frame failed (None when ok); reinit: why the motion prior was
-    not trusted (coarse poses were searched, taking reinit_ms), or None."""
+    not trusted (coarse poses were searched, taking reinit_ms), or None; information: (6, 6)
+    float64 the final normal equations' pose block in T_wc's body-frame tangent (rotation rad,
+    translation m: ``slam.geometry.pivot_information_to_body``), up to scale: how well each
+    direction of the pose is determined (None when not computed)."""
 
     T_wc: np.ndarray
     loss: float
@@ -35,3 +38,4 @@ class TrackResult:
     reinit: Optional[str] = None
     reinit_ms: float = 0.0
     renders: int = 0
+    information: Optional[np.ndarray] = None

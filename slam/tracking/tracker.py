@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from slam.config import QualityConfig, TrackingConfig
-from slam.geometry import constant_velocity_guess, invert, orthonormalize, pivot_increment, relative_motion
+from slam.geometry import (constant_velocity_guess, invert, orthonormalize, pivot_increment,
+                           pivot_information_to_body, relative_motion)
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
@@ -268,4 +269,5 @@ class Tracker:
             known = cnt / max(float(n_valid), 1.0)
             quality = TrackQuality(known, depth_in / cnt, color_in / cnt, conditioning(Hd))
         T_wc = orthonormalize(invert(T_cw))
-        return TrackResult(T_wc, loss_val, known, True, False, done, quality)
+        information = None if Hd is None else pivot_information_to_body(Hd.cpu().numpy(), z_pivot)
+        return TrackResult(T_wc, loss_val, known, True, False, done, quality, information=information)
