@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from slam.config import LoopConfig
+from slam.geometry import invert
 from slam.mapping.keyframes import Keyframe
 from slam.mapping.pose_refine import correction, motion_size
 
@@ -56,7 +57,7 @@ class Bridges:
         if prev is None or prev.kf_id not in poses or kf.kf_id not in poses:
             self.not_measured += 1
             return
-        T_init = np.linalg.inv(poses[prev.kf_id]) @ poses[kf.kf_id]
+        T_init = invert(np.asarray(poses[prev.kf_id])) @ np.asarray(poses[kf.kf_id])
         T_ab, reason = self.measure(kf, prev, T_init)
         if T_ab is None:
             self.not_measured += 1

@@ -118,19 +118,19 @@ def optimise_pose_graph(poses: dict, loops: list[LoopEdge], cfg: LoopConfig, gau
         values.insert(i, gtsam.Pose3(np.asarray(poses[i], dtype=np.float64)))
     graph.add(gtsam.PriorFactorPose3(gauge, gtsam.Pose3(np.asarray(poses[gauge], dtype=np.float64)),
                                      gtsam.noiseModel.Isotropic.Sigma(6, GAUGE_SIGMA)))
-    odo = gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg))
-    unknown = gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg)
-                                               * LOST_SIGMA_SCALE)
+    odo_sigmas = _sigmas(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg)
+    odo = gtsam.noiseModel.Diagonal.Sigmas(odo_sigmas)
+    unknown = gtsam.noiseModel.Diagonal.Sigmas(odo_sigmas * LOST_SIGMA_SCALE)
     loop_noise = gtsam.noiseModel.Robust.Create(
         gtsam.noiseModel.mEstimator.Huber.Create(HUBER_K),
         gtsam.noiseModel.Diagonal.Sigmas(_sigmas(cfg.loop_sigma_trans, cfg.loop_sigma_rot_deg)))
     untrusted, information = untrusted or {}, information or {}
     for a, b in zip(ids[:-1], ids[1:]):
         rel, noise = invert(np.asarray(poses[a])) @ np.asarray(poses[b]), odo
-        if b in information:
-            noise = gtsam.noiseModel.Gaussian.Information(odometry_information(information[b], cfg))
         if (a, b) in untrusted:
             rel, noise = (rel, unknown) if untrusted[(a, b)] is None else (untrusted[(a, b)], loop_noise)
+        elif b in information:
+            noise = gtsam.noiseModel.Gaussian.Information(odometry_information(information[b], cfg))
         graph.add(gtsam.BetweenFactorPose3(a, b, gtsam.Pose3(orthonormalize(rel)), noise))
     for e in loops:
         if e.a in poses and e.b in poses:
