@@ -12,11 +12,9 @@ import numpy as np
 import torch
 
 
-def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:
-    """delta (6,) = (rotation vector rad, translation m) applied about the pivot (0, 0, z_pivot)
-    of the camera frame -> (4, 4) float64: X' = R (X - p) + p + t. Host math (numpy): the tracker
-    composes dozens of these per frame, each a handful of tiny kernels on a GPU."""
-    phi = np.asarray(delta[:3], dtype=np.float64)
+def so3_exp(phi: np.ndarray) -> np.ndarray:
+    """Rotation vector (3,) rad -> (3, 3) float64 rotation (Rodrigues; a Taylor expansion near 0)."""
+    phi = np.asarray(phi, dtype=np.float64)
     theta2 = float(phi @ phi)
     if theta2 < 1e-16:
         a, b = 1.0 - theta2 / 6.0, 0.5 - theta2 / 24.0
@@ -24,7 +22,30 @@ def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:
         theta = math.sqrt(theta2)
         a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
     W = np.array([[0.0, -phi[2], phi[1]], [phi[2], 0.0, -phi[0]], [-phi[1], phi[0], 0.0]])
-    R = np.eye(3) + a * W + b * (W @ W)
+    return np.eye(3) + a * W + b * (W @ W)
+
+
+def so3_log(R: np.ndarray) -> np.ndarray:
+    """(3, 3) rotation -> rotation vector (3,) rad, angle in [0, pi] (``so3_exp``'s inverse)."""
+    R = np.asarray(R, dtype=np.float64)
+    theta = rotation_angle(R)
+    w = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    if theta < 1e-8:
+        return 0.5 * w
+    if theta > math.pi - 1e-6:
+        # sin(theta) ~ 0: the axis from the symmetric part, R + I = 2 a a^T (up to the sign)
+        B = 0.5 * (R + np.eye(3))
+        axis = B[int(np.argmax(np.diag(B)))]
+        axis = axis / np.linalg.norm(axis)
+        return theta * (axis if axis @ w >= 0 else -axis)
+    return theta / (2.0 * math.sin(theta)) * w
+
+
+def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:
+    """delta (6,) = (rotation vector rad, translation m) applied about the pivot (0, 0, z_pivot)
+    of the camera frame -> (4, 4) float64: X' = R (X - p) + p + t. Host math (numpy): the tracker
+    composes dozens of these per frame, each a handful of tiny kernels on a GPU."""
+    R = so3_exp(delta[:3])
     p = np.array([0.0, 0.0, z_pivot])
     out = np.eye(4)
     out[:3, :3] = R
@@ -99,11 +120,21 @@ def orthonormalize(T: np.ndarray) -> np.ndarray:
     return out
 
 
-def constant_velocity_guess(T_prev2: np.ndarray | None, T_prev: np.ndarray) -> np.ndarray:
-    """Predict the next T_wc assuming the last inter-frame motion repeats."""
+def constant_velocity_guess(T_prev2: np.ndarray | None, T_prev: np.ndarray, ratio: float = 1.0) -> np.ndarray:
+    """Predict T_wc (4, 4) ``ratio`` inter-frame intervals after ``T_prev``, assuming the motion
+    from ``T_prev2`` to ``T_prev`` goes on at the same rate (ratio = elapsed time / the interval
+    between the two poses: 1 for the next frame of a steady stream, 3 after two dropped frames).
+    The motion is scaled in the camera frame: its rotation vector and its translation each times
+    ``ratio`` (exact for ratio 1)."""
     if T_prev2 is None:
         return T_prev.copy()
-    return orthonormalize(T_prev @ (invert(T_prev2) @ T_prev))
+    step = invert(T_prev2) @ T_prev
+    if ratio != 1.0:
+        scaled = np.eye(4)
+        scaled[:3, :3] = so3_exp(so3_log(step[:3, :3]) * ratio)
+        scaled[:3, 3] = step[:3, 3] * ratio
+        step = scaled
+    return orthonormalize(T_prev @ step)
 
 
 def backproject(depth: torch.Tensor, K: torch.Tensor, us: torch.Tensor, vs: torch.Tensor) -> torch.Tensor:

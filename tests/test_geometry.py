@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from slam.geometry import (backproject, constant_velocity_guess, invert, orthonormalize, pivot_increment,
+                           so3_exp, so3_log,
                            relative_motion, transform_points)
 
 
@@ -88,3 +89,28 @@ def test_pivot_increment_is_the_increment_conjugated_by_the_pivot():
         about_centre = np.eye(4)
         about_centre[:3, :3], about_centre[:3, 3] = R, delta[3:]
         np.testing.assert_allclose(pivot_increment(delta, 1.7), P @ about_centre @ P_inv, atol=1e-12)
+
+
+def test_so3_log_inverts_exp_across_the_angle_range():
+    rng = np.random.default_rng(0)
+    for theta in (0.0, 1e-10, 1e-4, 0.3, 2.0, np.pi - 1e-3, np.pi - 1e-8):
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        phi = axis * theta
+        R = so3_exp(phi)
+        assert np.allclose(so3_exp(so3_log(R)), R, atol=1e-9)
+        if theta < np.pi - 1e-3:
+            assert np.allclose(so3_log(R), phi, atol=1e-9)
+
+
+def test_constant_velocity_scales_the_motion_with_the_elapsed_time():
+    # Two dropped frames: the motion of three intervals, not one.
+    step = pose_from_increment([0.0, 0.04, 0.0, 0.02, 0.0, 0.0])
+    T0, T1 = np.eye(4), step
+    T4 = constant_velocity_guess(T0, T1, ratio=3.0)
+    dt, dr = relative_motion(T1, T4)
+    assert np.isclose(dr, 0.12) and np.isclose(dt, 0.06)
+    assert np.allclose(constant_velocity_guess(T0, T1, ratio=1.0), T1 @ step)
+    # A pure rotation scales exactly.
+    rot = pose_from_increment([0.01, -0.02, 0.03, 0.0, 0.0, 0.0])
+    assert np.allclose(constant_velocity_guess(np.eye(4), rot, ratio=2.0), rot @ rot @ rot, atol=1e-12)
