@@ -17,6 +17,12 @@ A jobs file (every key optional):
 Each job's run folder name is decided by the job alone: its label made filename-safe plus a hash of
 its resolved config (so the same job always maps to the same folder, and editing a config file
 makes a new run instead of reusing a stale one).
+
+Repeats (``BatchSpec.repeats`` = N, used by ``slam_suite``): every job is run N times. The N runs
+have the same config, hence the same hash; what tells them apart is the repeat number, which is
+part of the label (``... repeat=k``) and of the folder (``<label>-repeat<k>-<hash>``), not of the
+config. Raising N later reuses the runs already finished. Without repeats (the default, 0) labels
+and folders are as above.
 """
 from __future__ import annotations
 
@@ -48,7 +54,9 @@ class Job:
 
     config: config path or shipped name as given; overrides: ``key=value`` strings in the order
     applied; label: what tells it apart in the batch (its name and grid values); params: grid and
-    job values by key (the table's columns); folder: its run folder's name under ``<out>/runs``.
+    job values by key (the table's columns); folder: its run folder's name under ``<out>/runs``;
+    repeat: which of the batch's repeats of the same run this is (1..N), 0 when the batch does not
+    repeat its jobs.
     """
 
     config: str
@@ -56,6 +64,13 @@ class Job:
     label: str
     params: dict = field(hash=False, compare=False)
     folder: str = ""
+    repeat: int = 0
+
+    @property
+    def base_label(self) -> str:
+        """The label without its ``repeat=k`` suffix: the same for every repeat of one run."""
+        suffix = f" repeat={self.repeat}"
+        return self.label[: -len(suffix)] if self.repeat and self.label.endswith(suffix) else self.label
 
 
 @dataclass
@@ -67,6 +82,7 @@ class BatchSpec:
     grid: dict = field(default_factory=dict)       # key -> list of values
     jobs: list = field(default_factory=lambda: [{}])
     source: str = "command line"                  # where it came from, for error messages
+    repeats: int = 0                              # N >= 1: every job N times (module docstring); 0: once
 
 
 def format_value(value: Any) -> str:
@@ -168,16 +184,20 @@ def run_hash(cfg) -> str:
     return hashlib.sha1(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def folder_name(label: str, cfg) -> str:
-    """Run folder name: the label made filename-safe (at most 60 characters) + '-' + the config hash."""
+def folder_name(label: str, cfg, repeat: int = 0) -> str:
+    """Run folder name: the label made filename-safe (at most 60 characters) + '-' + the config hash;
+    with ``repeat`` k >= 1, ``-repeat<k>`` goes between them (never cut off with a long label)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label.replace("=", "-")).strip("_")[:60] or "run"
-    return f"{slug}-{run_hash(cfg)}"
+    return f"{slug}-repeat{repeat}-{run_hash(cfg)}" if repeat else f"{slug}-{run_hash(cfg)}"
 
 
 def expand(spec: BatchSpec) -> list[Job]:
     """Every job of ``spec``: each entry of ``spec.jobs`` x the product of its grid (the entry's own
     ``grid`` if it has one, else the spec's), validated with ``slam.config.load_config`` (an unknown
-    key or bad value fails here, naming the job and key)."""
+    key or bad value fails here, naming the job and key); with ``spec.repeats`` N, each of them N
+    times in a row (repeat 1..N)."""
+    if not isinstance(spec.repeats, int) or spec.repeats < 0:
+        raise BatchSpecError(f"{spec.source}: repeats must be a whole number >= 0, got {spec.repeats!r}")
     out: list[Job] = []
     for base in spec.jobs:
         grid = base["grid"] if "grid" in base else spec.grid
@@ -198,13 +218,15 @@ def expand(spec: BatchSpec) -> list[Job]:
                 cfg = load_config(config, overrides)
             except (ConfigError, FileNotFoundError) as exc:
                 raise BatchSpecError(f"{spec.source}: job '{label}': {exc}") from None
-            out.append(Job(config=config, overrides=tuple(overrides), label=label, params=params,
-                           folder=folder_name(label, cfg)))
+            for repeat in range(1, spec.repeats + 1) if spec.repeats else [0]:
+                out.append(Job(config=config, overrides=tuple(overrides),
+                               label=f"{label} repeat={repeat}" if repeat else label, params=params,
+                               folder=folder_name(label, cfg, repeat), repeat=repeat))
     seen: dict = {}
     for job in out:
-        digest = job.folder.rsplit("-", 1)[1]
-        if digest in seen:
-            raise BatchSpecError(f"{spec.source}: jobs '{seen[digest]}' and '{job.label}' are the same run "
+        key = (job.folder.rsplit("-", 1)[1], job.repeat)
+        if key in seen:
+            raise BatchSpecError(f"{spec.source}: jobs '{seen[key]}' and '{job.label}' are the same run "
                                  f"(same config after overrides): remove one")
-        seen[digest] = job.label
+        seen[key] = job.label
     return out
