@@ -24,13 +24,19 @@ def _get(*path: str, scale: float = 1.0) -> Callable[[dict], Optional[float]]:
     return read
 
 
-# (column, markdown header, reader of metrics.json, format)
+# (column, markdown header, reader of metrics.json, format); None where a run has no such value
 METRICS = [
     ("ate_cm", "ATE cm", _get("trajectory", "ate_rmse_m", scale=100), "{:.2f}"),
+    # the poses as tracked (before refinement and loop corrections), and over frames reported ok only
+    ("ate_tracked_cm", "ATE as tracked cm", _get("trajectory_tracked", "ate_rmse_m", scale=100), "{:.2f}"),
+    ("ate_ok_cm", "ATE ok frames cm", _get("trajectory_ok", "ate_rmse_m", scale=100), "{:.2f}"),
     ("rpe_trans_cm", "RPE cm", _get("trajectory", "rpe_trans_rmse_m", scale=100), "{:.2f}"),
     ("rpe_rot_deg", "RPE deg", _get("trajectory", "rpe_rot_rmse_deg"), "{:.3f}"),
     ("psnr_db", "PSNR dB", _get("images", "psnr"), "{:.2f}"),
     ("fps", "FPS", _get("fps_system"), "{:.2f}"),
+    ("fps_tracking", "FPS tracking", _get("fps_tracking"), "{:.2f}"),
+    # only with system.profile_frames > 0 on CUDA
+    ("gpu_ms_per_frame", "GPU ms / tracked frame", _get("per_tracked_frame", "gpu_ms"), "{:.2f}"),
     ("peak_gpu_mb", "peak GPU MB", _get("peak_gpu_mb"), "{:.0f}"),
     ("peak_rss_mb", "peak RSS MB", _get("peak_rss_mb"), "{:.0f}"),
     ("spheres", "spheres", _get("spheres"), "{:.0f}"),
@@ -38,6 +44,8 @@ METRICS = [
     ("silent_failures", "silent failures", _get("silent_failures", "count"), "{:.0f}"),
     ("tracking_failures", "failures flagged", _get("tracking_failures"), "{:.0f}"),
     ("frames", "frames", _get("frames"), "{:.0f}"),
+    ("detector_false_alarms", "detector false alarms", _get("quality_detector", "false_alarms"), "{:.0f}"),
+    ("detector_misses", "detector misses", _get("quality_detector", "misses"), "{:.0f}"),
 ]
 PLOTTED = ["ate_cm", "rpe_trans_cm", "psnr_db", "fps", "peak_gpu_mb", "peak_rss_mb", "spheres", "silent_failures"]
 MARKDOWN = ["ate_cm", "rpe_trans_cm", "rpe_rot_deg", "psnr_db", "fps", "peak_gpu_mb", "peak_rss_mb", "spheres",
@@ -54,6 +62,8 @@ def build_rows(jobs: list[Job], outcomes: dict, storage: RunStorage) -> list[dic
         m = storage.finished_metrics(job.folder) if res["status"] in ("done", "cached") else None
         record = storage.read_json(job.folder, JOB_FILE) or {}
         row: dict = {"job": job.label, "folder": job.folder, "status": res["status"], **job.params}
+        if job.repeat:
+            row["repeat"] = job.repeat
         for col, _, read, _ in METRICS:
             row[col] = read(m) if m else None
         row["wall_s"] = res.get("wall_s", record.get("wall_s"))
