@@ -49,7 +49,6 @@ class TrackingFrontend:
         self.reinit = Reinitialiser(cfg.reinit)
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
-        self._last_ok = True
         # The keyframe the tracker's poses are expressed against: (id, its pose as the tracker
         # knows it). None before the first keyframe.
         self.reference: Optional[tuple[int, np.ndarray]] = None
@@ -91,25 +90,19 @@ class TrackingFrontend:
         """The pose of frame ``index`` (``obs`` at the tracking resolution, ``timestamp`` s)
         against ``snap`` (None before the first keyframe is mapped: this frame then defines the
         world, at its ground-truth pose when known)."""
-        res = self._process(obs, snap, index, timestamp, gt_pose)
-        self._last_ok = res.ok
-        return res
-
-    def _process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
-                 gt_pose: Optional[np.ndarray]) -> TrackResult:
-        prior = self.tracker.guess() if self.tracker.prev is not None else None
+        prior = self.tracker.guess(timestamp) if self.tracker.prev is not None else None
         last = self.tracker.last_good if prior is not None else None
-        why = self.reinit.untrusted(timestamp, prior, last, self._last_ok)
+        why = self.reinit.untrusted(timestamp, prior, last)
         if snap is None:
             T_wc = gt_pose.copy() if gt_pose is not None else np.eye(4)
-            self.tracker.initialise(T_wc)
+            self.tracker.initialise(T_wc, timestamp)
             return TrackResult(T_wc, 0.0, 1.0, True, False, 0)
         if self.policy.needs_pose:
             if self.policy.should_try():
                 return self._relocalise_in_saved_map(obs, snap, index)
             # Lost and backing off before the next attempt: report the last pose, not tracked.
             return TrackResult(self.tracker.last_good_or_identity(), float("inf"), 0.0, False, False, 0)
-        res = self._track(obs, snap, why, prior)
+        res = self._track(obs, snap, why, prior, timestamp)
         if self.saved_map is not None:
             res.ok = res.ok and self.saved_map.verify(obs, snap, res.T_wc)
             if self.policy.record(res.ok):
@@ -128,13 +121,14 @@ class TrackingFrontend:
         return self._relocalise_lost(obs, snap, index, keyframes, res)
 
     def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str],
-               prior: Optional[np.ndarray]) -> TrackResult:
+               prior: Optional[np.ndarray], timestamp: float) -> TrackResult:
         """The tracker's estimate from the motion ``prior`` (the tracker's guess; None: it makes
         it); with coarse starting poses when the prior is ``untrusted``."""
         if untrusted is None:
-            return self.tracker.track(obs, snap, prior=prior)
+            return self.tracker.track(obs, snap, prior=prior, timestamp=timestamp)
         ms0 = self.reinit.ms
-        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()), prior=prior)
+        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()), prior=prior,
+                                 timestamp=timestamp)
         res.reinit, res.reinit_ms = untrusted, self.reinit.ms - ms0
         return res
 

@@ -4,8 +4,11 @@ starting points of the dense refinement; the tracker keeps the start whose refin
 quality test likes best.
 
 The prior is not trusted after a gap in the timestamps (a frame later than ``gap_factor`` x the
-usual interval: dropped frames), after a failed frame, or when it predicts a large motion (the
-dense refinement's basin of convergence is a few centimetres and degrees). PnP was chosen over a
+usual interval: dropped frames), or when it predicts a large motion (the dense refinement's basin
+of convergence is a few centimetres and degrees). A failed previous frame alone does not make the
+prior untrusted: the tracker predicts from the last good motion and the elapsed time, and a
+flagged frame must not make the next one expensive (consecutive failures are the lost policy's
+business: ``slam.tracking.lost``). PnP was chosen over a
 coarse ICP on depth because it needs no initial guess at all, its cost does not grow with the
 motion, and it already serves relocalisation; features of keyframes are cached, so a gap frame
 pays one ORB extraction and a few matches.
@@ -43,10 +46,9 @@ class Reinitialiser:
         self.attempts = 0
         self.ms = 0.0
 
-    def untrusted(self, timestamp: float, prior: np.ndarray, last: Optional[np.ndarray],
-                  last_ok: bool) -> Optional[str]:
+    def untrusted(self, timestamp: float, prior: np.ndarray, last: Optional[np.ndarray]) -> Optional[str]:
         """Why the motion prior ``prior`` (4, 4) for the frame at ``timestamp`` (s) is not to be
-        trusted, or None. ``last``: the previous pose estimate; ``last_ok``: whether it passed."""
+        trusted, or None. ``last``: the last good pose estimate."""
         gap = None
         if self._last_stamp is not None:
             dt = timestamp - self._last_stamp
@@ -59,8 +61,6 @@ class Reinitialiser:
             return None
         if gap is not None:
             return f"gap of {gap * 1e3:.0f} ms"
-        if not last_ok:
-            return "previous frame failed"
         shift, turn = relative_motion(last, prior)
         if shift > self.cfg.max_prior_shift or math.degrees(turn) > self.cfg.max_prior_turn_deg:
             return f"large predicted motion ({shift * 100:.1f} cm, {math.degrees(turn):.1f} deg)"

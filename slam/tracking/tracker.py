@@ -52,6 +52,11 @@ from slam.tracking.result import TrackResult, rank
 # tuning value. The window only has to be long enough for a stable median.
 LOSS_HISTORY = 30
 MIN_LOSS_HISTORY = 5
+# The motion prior extrapolates the last good motion by the time elapsed since the last good
+# frame, at most this long: a hand-held or robot camera's velocity says little about where it is
+# after a longer dropout (the re-initialisation's gap test takes over there). Not a tuning value of
+# the tracker's accuracy: it only bounds how far a stale velocity is trusted.
+MAX_EXTRAPOLATION_S = 0.25
 
 
 class Levels:
@@ -77,8 +82,13 @@ class Tracker:
         self.cfg = cfg
         self.quality_cfg = quality
         self.backend = backend
+        # The last two good poses (T_wc) and their timestamps (s; None when not known): the motion
+        # model. A failed frame leaves them as they are, so its successor is predicted from the
+        # last good motion and the time elapsed since (``guess``).
         self.prev: Optional[np.ndarray] = None
         self.prev2: Optional[np.ndarray] = None
+        self.prev_t: Optional[float] = None
+        self.prev2_t: Optional[float] = None
         self.last_good: Optional[np.ndarray] = None
         self.recent_losses: deque = deque(maxlen=LOSS_HISTORY)
         self.failures = 0
@@ -88,9 +98,11 @@ class Tracker:
         self._fused = FusedSolver(cfg, quality, backend) if cfg.solver == "fused" else None
 
     # ------------------------------------------------------------------ public
-    def initialise(self, T_wc: np.ndarray) -> None:
-        """Set the pose of the first frame (the map is built around it), or a relocalised pose."""
+    def initialise(self, T_wc: np.ndarray, timestamp: Optional[float] = None) -> None:
+        """Set the pose of the first frame (the map is built around it), or a relocalised pose,
+        at ``timestamp`` (s; None: not known). The velocity is unknown from here."""
         self.prev, self.prev2, self.last_good = T_wc.copy(), None, T_wc.copy()
+        self.prev_t, self.prev2_t = timestamp, None
 
     def rebase(self, C: np.ndarray) -> None:
         """Move the pose history by a world-frame correction C (4, 4) (T <- C @ T): the map's
@@ -105,20 +117,28 @@ class Tracker:
         """The last pose that passed the checks (identity before any)."""
         return self.last_good.copy() if self.last_good is not None else np.eye(4)
 
-    def guess(self) -> np.ndarray:
-        """The constant-velocity prediction for the next frame."""
-        return constant_velocity_guess(self.prev2, self.prev)
+    def guess(self, timestamp: Optional[float] = None) -> np.ndarray:
+        """The constant-velocity prediction T_wc (4, 4) for the frame at ``timestamp`` (s): the last
+        good motion scaled by the time elapsed since the last good frame (dropped or failed frames
+        in between included; at most ``MAX_EXTRAPOLATION_S``); without timestamps, one interval."""
+        return constant_velocity_guess(self.prev2, self.prev, self._elapsed_intervals(timestamp))
+
+    def _elapsed_intervals(self, timestamp: Optional[float]) -> float:
+        if None in (timestamp, self.prev_t, self.prev2_t) or self.prev_t <= self.prev2_t:
+            return 1.0
+        elapsed = min(max(timestamp - self.prev_t, 0.0), MAX_EXTRAPOLATION_S)
+        return elapsed / (self.prev_t - self.prev2_t)
 
     def track(self, obs: Observation, snapshot: MapSnapshot, coarse: Optional[list[np.ndarray]] = None,
-              prior: Optional[np.ndarray] = None) -> TrackResult:
-        """Estimate the pose of ``obs`` (at the tracking resolution) against ``snapshot``; updates
-        the motion history. ``coarse``: given when the motion prior is not trusted (after a gap):
-        extra starting poses T_wc (4, 4); every start is then refined with ``recovery_iters`` and
-        the result the quality test likes best is kept. ``prior``: ``guess()`` when the caller
-        already has it."""
+              prior: Optional[np.ndarray] = None, timestamp: Optional[float] = None) -> TrackResult:
+        """Estimate the pose of ``obs`` (at the tracking resolution, taken at ``timestamp`` s)
+        against ``snapshot``; updates the motion history. ``coarse``: given when the motion prior
+        is not trusted (after a gap): extra starting poses T_wc (4, 4); every start is then refined
+        with ``recovery_iters`` and the result the quality test likes best is kept. ``prior``:
+        ``guess(timestamp)`` when the caller already has it."""
         self._renders = 0
         levels = Levels(obs, self.cfg.pyramid_levels)
-        prior = self.guess() if prior is None else prior
+        prior = self.guess(timestamp) if prior is None else prior
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
         result = self._optimise(levels, snapshot, prior, iters)
         result.reason = self._failure(result)
@@ -141,7 +161,7 @@ class Tracker:
         result.renders = self._renders
         shift, turn = relative_motion(prior, result.T_wc)
         result.quality.prior_shift_m, result.quality.prior_turn_deg = shift, math.degrees(turn)
-        self._update_history(result)
+        self._update_history(result, timestamp)
         return result
 
     # ------------------------------------------------------------------ internals
@@ -154,16 +174,18 @@ class Tracker:
                 reason = f"residual spike: {r.loss:.3f} above {self.cfg.residual_spike:g} x the recent median {median:.3f}"
         return reason
 
-    def _update_history(self, r: TrackResult) -> None:
+    def _update_history(self, r: TrackResult, timestamp: Optional[float]) -> None:
         if r.ok:
             self.recent_losses.append(r.loss)
             self.prev2, self.prev = self.prev, r.T_wc
+            self.prev2_t, self.prev_t = self.prev_t, timestamp
             self.last_good = r.T_wc
         else:
+            # The motion model keeps the last good motion: the next frame is predicted from the
+            # last good pose by the time elapsed since it (a camera turning at 65 deg/s keeps
+            # turning while a frame is flagged; holding the last pose would put the next start
+            # two frames' motion away).
             self.failures += 1
-            # Hold the last good pose and forget the velocity: after a dropout the camera has
-            # moved by an unknown amount, so extrapolating old motion only adds error.
-            self.prev2, self.prev = None, self.last_good
 
     def _thresholds(self, device) -> torch.Tensor:
         k = self._huber.get(device)
