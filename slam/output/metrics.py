@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from slam.eval.depth_consistency import keyframe_consistency
-from slam.eval.failures import silent_failures
+from slam.eval.failures import quality_detector, silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
 from slam.eval.trajectory import evaluate_trajectory
 from slam.mapping.keyframes import KeyframeView
@@ -28,6 +28,7 @@ def trajectory_metrics(frames: list) -> dict:
     scopes = {"trajectory": "all frames", "trajectory_keyframes": "keyframes", "trajectory_ok": "frames reported ok",
               "trajectory_tracked": "all frames, poses as tracked (before the final keyframe poses: refinement "
                                     "and loop closure)"}
+    out["frames_with_ground_truth"] = sum(1 for f in frames if f.gt_pose is not None)
     for key, subset in subsets:
         with_gt = [f for f in subset if f.gt_pose is not None]
         if len(with_gt) < 3:
@@ -37,6 +38,7 @@ def trajectory_metrics(frames: list) -> dict:
         out[key] = evaluate_trajectory(np.stack(poses), stamps, np.stack([f.gt_pose for f in with_gt]), stamps,
                                        scope=scopes[key])
     out["silent_failures"] = silent_failures(frames)
+    out["quality_detector"] = quality_detector(frames)
     return out
 
 
