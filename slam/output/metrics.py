@@ -177,7 +177,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             m["keyframe_depth_consistency"] = keyframe_consistency(result.keyframes)
         except Exception as exc:  # noqa: BLE001
             log.error("keyframe depth consistency failed: %s: %s", type(exc).__name__, exc)
-    if result.mode != "slam":
+    if result.mode != "slam" or result.relocalisations:
         m["relocalisation"] = summarise(result.relocalisations, result.mode)
     if eval_images_every is not None:
         try:

@@ -5,8 +5,11 @@ camera is relocalised. One ``LostPolicy`` decides when the camera is lost in eve
 - every tracked frame: when the motion prior is not trusted (a gap in the timestamps, a failed
   previous frame, a large predicted motion), coarse poses from features join the prior as
   starting points (``slam.tracking.reinit``);
-- SLAM: after ``relocalise.after_failures`` consecutive tracking failures, each later failed
-  frame (paced by the retry schedule) relocalises against the keyframes mapped so far.
+- SLAM: after ``relocalise.after_failures`` consecutive tracking failures, a later failed frame
+  (paced by the retry schedule) is relocalised against the keyframes mapped so far, off the
+  tracking thread (``slam.tracking.background``): the tracker goes on with the next frames, and
+  the first frame after the attempt has finished is tracked from the pose it found (the frames in
+  between are flagged). Sequential mode runs the attempt inline, with the same one-frame hand-over.
 - saved map (``use_saved_map``): the start pose is unknown, so frames are only relocalised
   against the saved keyframes until one is verified; tracked poses must then agree with the map
   (``Relocaliser.verify``), and after ``relocalise.after_failures_saved_map`` consecutive
@@ -24,6 +27,7 @@ from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
+from slam.tracking.background import BackgroundAttempts
 from slam.tracking.lost import LostPolicy
 from slam.tracking.reinit import Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
@@ -49,6 +53,7 @@ class TrackingFrontend:
         self.reinit = Reinitialiser(cfg.reinit)
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
+        self.attempts = BackgroundAttempts(cfg.system.threaded)
         # The keyframe the tracker's poses are expressed against: (id, its pose as the tracker
         # knows it). None before the first keyframe.
         self.reference: Optional[tuple[int, np.ndarray]] = None
@@ -99,10 +104,17 @@ class TrackingFrontend:
             return TrackResult(T_wc, 0.0, 1.0, True, False, 0)
         if self.policy.needs_pose:
             if self.policy.should_try():
-                return self._relocalise_in_saved_map(obs, snap, index)
+                return self._relocalise_in_saved_map(obs, snap, index, timestamp)
             # Lost and backing off before the next attempt: report the last pose, not tracked.
             return TrackResult(self.tracker.last_good_or_identity(), float("inf"), 0.0, False, False, 0)
-        res = self._track(obs, snap, why, prior, timestamp)
+        found = self._finished_attempt() if self.saved_map is None else None
+        res = self._track(obs, snap, why, prior, timestamp, [found] if found is not None else [])
+        if found is not None and res.ok:
+            # Tracked from the relocalised pose (or by itself): recovered; the velocity from
+            # before the loss is stale.
+            self.tracker.initialise(res.T_wc, timestamp)
+            self.tracker.recoveries += 1
+            res.recovered = True
         if self.saved_map is not None:
             res.ok = res.ok and self.saved_map.verify(obs, snap, res.T_wc)
             if self.policy.record(res.ok):
@@ -116,19 +128,24 @@ class TrackingFrontend:
             return res
         if float((obs.depth > 0).float().mean()) < self.tracking_cfg.min_known_fraction:
             return res  # a dropout (black / depth-less frame): nothing to relocalise with
-        if not self.policy.should_try():
+        if self.attempts.busy or not self.policy.should_try():
             return res
-        return self._relocalise_lost(obs, snap, index, keyframes, res)
+        log.warning("tracking lost for %d frames: relocalising frame %d against %d keyframes",
+                    self.policy.failures, index, len(keyframes))
+        relocaliser = self._relocaliser(keyframes)
+        self.attempts.submit(index, timestamp, lambda: relocaliser.relocalise(obs, snap), obs.depth.device)
+        return res
 
     def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str],
-               prior: Optional[np.ndarray], timestamp: float) -> TrackResult:
+               prior: Optional[np.ndarray], timestamp: float, starts: list[np.ndarray]) -> TrackResult:
         """The tracker's estimate from the motion ``prior`` (the tracker's guess; None: it makes
-        it); with coarse starting poses when the prior is ``untrusted``."""
-        if untrusted is None:
+        it); with coarse starting poses from features when the prior is ``untrusted``, and from
+        ``starts`` (T_wc (4, 4): a relocalised pose)."""
+        if untrusted is None and not starts:
             return self.tracker.track(obs, snap, prior=prior, timestamp=timestamp)
         ms0 = self.reinit.ms
-        res = self.tracker.track(obs, snap, self.reinit.coarse_poses(obs, self.keyframes()), prior=prior,
-                                 timestamp=timestamp)
+        coarse = starts + (self.reinit.coarse_poses(obs, self.keyframes()) if untrusted is not None else [])
+        res = self.tracker.track(obs, snap, coarse, prior=prior, timestamp=timestamp)
         res.reinit, res.reinit_ms = untrusted, self.reinit.ms - ms0
         return res
 
@@ -141,30 +158,31 @@ class TrackingFrontend:
     def _relocaliser(self, keyframes: list[Keyframe]) -> Relocaliser:
         return Relocaliser(keyframes, self.cfg, self.tracking_cfg, self.quality_cfg, self.backend)
 
-    def _attempt(self, relocaliser: Relocaliser, obs: Observation, snap: MapSnapshot, index: int) -> RelocResult:
-        res = relocaliser.relocalise(obs, snap)
+    def _relocalise_in_saved_map(self, obs: Observation, snap: MapSnapshot, index: int,
+                                 timestamp: float) -> TrackResult:
+        """Saved map, no pose yet: relocalise this frame on the tracking thread (there is nothing
+        to track until a pose is found)."""
+        res = self.saved_map.relocalise(obs, snap)
         res.frame = index
         self.relocalisations.append(res)
         self.policy.relocalised(res.ok)
         if res.ok:
-            self.tracker.initialise(res.T_wc)
-        return res
-
-    def _relocalise_in_saved_map(self, obs: Observation, snap: MapSnapshot, index: int) -> TrackResult:
-        res = self._attempt(self.saved_map, obs, snap, index)
+            self.tracker.initialise(res.T_wc, timestamp)
         log.info("relocalisation attempt %d: %s (inliers %.2f, %.0f ms, from saved keyframe %d)",
                  len(self.relocalisations), "found" if res.ok else "not found", res.inliers, res.ms, res.keyframe)
         return TrackResult(res.T_wc, res.loss, res.inliers, res.ok, False, 0)
 
-    def _relocalise_lost(self, obs: Observation, snap: MapSnapshot, index: int, keyframes: list[Keyframe],
-                         failed: TrackResult) -> TrackResult:
-        """SLAM mode, lost: relocalise against the keyframes mapped so far; ``failed`` is the
-        tracker's result, returned when relocalisation fails too."""
-        failures = self.policy.failures
-        res = self._attempt(self._relocaliser(keyframes), obs, snap, index)
-        log.warning("tracking lost for %d frames: relocalisation against %d keyframes %s (%.0f ms)",
-                    failures, len(keyframes), "succeeded" if res.ok else "failed", res.ms)
-        if not res.ok:
-            return failed
-        self.tracker.recoveries += 1
-        return TrackResult(res.T_wc, res.loss, res.inliers, True, True, failed.iters)
+    def _finished_attempt(self) -> Optional[np.ndarray]:
+        """A relocalisation attempt that finished since the last frame is recorded; returns the
+        pose it found (T_wc (4, 4) of an earlier frame) when the camera is still lost, else None."""
+        done = self.attempts.poll()
+        if done is None:
+            return None
+        reloc = done.result
+        reloc.frame = done.frame
+        self.relocalisations.append(reloc)
+        lost = self.policy.failures > 0
+        self.policy.relocalised(reloc.ok)
+        log.warning("relocalisation of frame %d %s (%.0f ms)", done.frame, "succeeded" if reloc.ok else "failed",
+                    reloc.ms)
+        return reloc.T_wc if reloc.ok and lost else None

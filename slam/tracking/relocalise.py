@@ -213,8 +213,9 @@ def _distinct(cands: list, k: int, taken: Optional[list] = None) -> list:
 
 def summarise(results: list[RelocResult], mode: str) -> dict:
     """metrics.json entry: how (and how fast) the start pose was found, and how often tracking
-    had to be relocalised again. ``frames_to_relocalise`` counts frames from the run's first frame
-    to the first verified pose, that one included."""
+    had to be relocalised again; what the attempts cost (ms per attempt: in SLAM mode they run off
+    the tracking thread). ``frames_to_relocalise`` counts frames from the run's first frame to the
+    first verified pose, that one included."""
     found = next((i for i, r in enumerate(results) if r.ok), None)
     first = results[0].frame if results else 0
     return {
@@ -225,7 +226,10 @@ def summarise(results: list[RelocResult], mode: str) -> dict:
         "attempts": len(results),
         "frames_to_relocalise": None if found is None else results[found].frame - first + 1,
         "ms_to_relocalise": None if found is None else float(sum(r.ms for r in results[: found + 1])),
+        "succeeded": sum(1 for r in results if r.ok),
         "ms_total": float(sum(r.ms for r in results)),
+        "ms_mean": float(np.mean([r.ms for r in results])) if results else None,
+        "ms_max": float(max(r.ms for r in results)) if results else None,
         "inliers": None if found is None else float(results[found].inliers),
         "keyframe": None if found is None else int(results[found].keyframe),
         "relocalisations_later": max(0, sum(1 for r in results if r.ok) - 1),
