@@ -65,8 +65,8 @@ run_step pip "upgrading pip" "$VENV/bin/python" -m pip install --upgrade pip
 step_done
 
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  step "torch ${TORCH_VERSION:-2.13.0} (before the package: a CPU machine never gets the multi-GB CUDA build)" \
-       "about 1 min"
+  step "torch ${TORCH_VERSION:-2.13.0}, before the package so that a CPU machine never gets the multi-GB CUDA build" \
+       "about 2 min"
   run_step pip "installing torch" "$VENV/bin/python" -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 else
   step "torch: already in $VENV ($("$VENV/bin/python" -c 'import torch; print(torch.__version__)')), kept"
@@ -114,7 +114,7 @@ print(_build.cache_dir(_build.CUDA_NAME if '$KIND' == 'cuda' else _build.CPU_NAM
 fi
 mv "$LOG" "$VENV/install.log"
 VERSIONS=$(cd / && "$VENV_PY" -c 'import importlib.metadata as m, torch
-print(f"sphere-slam {m.version(\"sphere-slam\")}, torch {torch.__version__}")')
-echo "install.sh: step times: $(IFS=';'; echo "${STEP_TIMES[*]}" | sed 's/;/; /g')"
+print("sphere-slam", m.version("sphere-slam") + ", torch", torch.__version__)')
+echo "install.sh: step times: $(IFS=,; echo "${STEP_TIMES[*]}" | sed 's/,/, /g')"
 echo "install.sh: installed $VERSIONS${EXTRAS:+ (extras: $EXTRAS)} into $(cd "$VENV" && pwd) in" \
      "$(elapsed_text $((SECONDS - INSTALL_START))); $KERNELS; full output: $VENV/install.log"

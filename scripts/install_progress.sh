@@ -19,7 +19,6 @@ INSTALL_START=$SECONDS
 STEP_NO=0
 STEP_TOTAL=${STEP_TOTAL:-0}
 STEP_START=$SECONDS
-STEP_TITLE=""
 STEP_TIMES=()
 
 # "1 min 05 s" / "42 s" for a number of seconds.
@@ -36,15 +35,14 @@ install_log_start() {
 # step TITLE [EXPECTED]: announce the next numbered step and the time it usually takes.
 step() {
   STEP_NO=$((STEP_NO + 1))
-  STEP_TITLE=$1
   STEP_START=$SECONDS
   echo "[$STEP_NO/$STEP_TOTAL] $1${2:+ ($2)}"
 }
 
-# step_done: the step's time, also kept for the summary (STEP_TIMES).
+# step_done: the step's time, also kept for the summary (STEP_TIMES: "[n] 1 min 05 s").
 step_done() {
   local took=$((SECONDS - STEP_START))
-  STEP_TIMES+=("$STEP_TITLE: $(elapsed_text "$took")")
+  STEP_TIMES+=("[$STEP_NO] $(elapsed_text "$took")")
   echo "      done in $(elapsed_text "$took")"
 }
 
