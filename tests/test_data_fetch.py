@@ -3,7 +3,9 @@ download + verify + extract, resume, corrupt and incomplete archives, the offlin
 registry names in data.path, and the 7-Scenes / Replica layouts."""
 import hashlib
 import json
+import logging
 
+import pooch
 import pytest
 
 from data_helpers import K_PARAMS, write_7scenes_sequence, write_replica_sequence
@@ -106,16 +108,41 @@ def test_bad_archive_is_an_error_and_nothing_is_half_extracted(tmp_path, server,
     assert not (tmp_path / HASHES_FILE).exists()                 # a bad download records no hash
 
 
-def test_without_network_the_error_names_url_target_and_manual_commands(tmp_path):
+def test_without_network_the_error_names_url_target_and_manual_commands(tmp_path, capsys):
     url = closed_port_url(f"/{TOP}.tgz")
-    with pytest.raises(DownloadError) as err:
-        fetch(_entry(url), root=tmp_path, progress=False)
+    root = tmp_path / "cache"
+    said = []                                          # pooch's own logger (not under logging's root)
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    pooch.get_logger().addHandler(handler)
+    try:
+        with pytest.raises(DownloadError) as err:
+            fetch(_entry(url), root=root)
+    finally:
+        pooch.get_logger().removeHandler(handler)
     text = str(err.value)
-    target = tmp_path / "tum/test_desk"
+    target = root / "tum/test_desk"
+    assert text.startswith("cannot download tum/test_desk: ")
     assert url in text and str(target) in text
     assert f"curl -L -C - -o {target / (TOP + '.tgz')} {url}" in text and "slam_data download tum/test_desk" in text
     assert "SPHERE_SLAM_MIRROR" in text
-    assert not (target / TOP).exists()
+    assert not root.exists()                           # nothing on disk: not even an empty folder
+    printed = capsys.readouterr()
+    assert said == [] and "ownloading" not in printed.out + printed.err   # nothing said before the server answered
+
+
+def test_a_failed_download_keeps_the_folders_that_were_there(tmp_path):
+    (tmp_path / "tum").mkdir()
+    with pytest.raises(DownloadError):
+        fetch(_entry(closed_port_url(f"/{TOP}.tgz")), root=tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tum"] and not any((tmp_path / "tum").iterdir())
+
+
+def test_a_download_says_what_it_fetches_once_the_server_answers(tmp_path, server, archive, capsys):
+    server.files["/a.tgz"] = archive
+    fetch(_entry(server.url("/a.tgz")), root=tmp_path)
+    err = capsys.readouterr().err
+    assert f"downloading {server.url('/a.tgz')} ({len(archive) / 1e6:.0f} MB) into {tmp_path / 'tum/test_desk'}" in err
 
 
 def test_download_false_asks_for_the_manual_commands_without_a_request(tmp_path, server):

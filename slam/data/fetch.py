@@ -15,9 +15,12 @@ SHA-256 of the first good download is recorded in ``<cache>/hashes.json``: a lat
 same entry must match it. An archive placed by hand at ``<cache>/<entry.name>/<archive>`` is used as
 it is (extracted and checked, no download).
 
-Errors (no traceback for the user): ``DownloadError`` (network) names the URL, the target folder
-and the commands to fetch the archive by hand; ``ArchiveError`` names the archive and the problem
-and leaves nothing half-extracted.
+Errors (no traceback for the user): ``DownloadError`` (network) starts with "cannot download",
+names the URL, the target folder and the commands to fetch the archive by hand, and leaves nothing
+on disk that was not there before (no empty folders; the ``.part`` file of a transfer broken midway
+stays, to be resumed); ``ArchiveError`` names the archive and the problem and leaves nothing
+half-extracted. Nothing is printed before the server has answered: then one line says what is
+downloaded where, and the progress bar follows.
 """
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, List, Optional
 
 import pooch
 import requests
@@ -131,6 +135,10 @@ class ResumingDownloader:
                 have = 0                          # the server ignored the range: start again
             length = resp.headers.get("Content-Length")
             total = have + int(length) if length is not None else None
+            if self.progress:
+                size = f" ({total / 1e6:.0f} MB)" if total is not None else ""
+                print(f"{'resuming' if have else 'downloading'} {url}{size} into {self.part.parent}",
+                      file=sys.stderr, flush=True)
             with open(self.part, "ab" if have else "wb") as fh, \
                     tqdm(total=total, initial=have, unit="B", unit_scale=True, file=sys.stderr,
                          desc=self.part.name[:-5], disable=None if self.progress else True) as bar:
@@ -228,6 +236,38 @@ def extract(entry: RegistryEntry, archive: Path, target: Path) -> Path:
     return final
 
 
+# --------------------------------------------------------------------------- nothing left behind
+def _missing_dirs(target: Path) -> List[Path]:
+    """``target`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for d in (target, *target.parents):
+        if d.exists():
+            break
+        missing.append(d)
+    return missing
+
+
+def _remove_empty(dirs: List[Path]) -> None:
+    """Remove the folders of ``dirs`` (deepest first) that are still empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return                                # not empty (a .part to resume) or gone
+
+
+@contextmanager
+def _quiet_pooch() -> Iterator[None]:
+    """pooch logs "Downloading file ..." before it tries; the downloader says it once the server answers."""
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 # --------------------------------------------------------------------------- the entry point
 def fetch(entry: RegistryEntry, *, root: Optional[Path] = None, mirror: Optional[str] = None,
           progress: bool = True, download: bool = True, keep_archive: bool = False) -> Path:
@@ -248,14 +288,17 @@ def fetch(entry: RegistryEntry, *, root: Optional[Path] = None, mirror: Optional
         raise DownloadError(f"{entry.name} is not in the data cache and data.download is false\n"
                             f"  URL:    {url}\n  target: {target}\nTo fetch it by hand:\n"
                             f"{manual_commands(entry, url, target)}")
+    created = _missing_dirs(target)
     target.mkdir(parents=True, exist_ok=True)
     known = entry.sha256 or recorded_hash(entry, root)
     getter = pooch.create(path=target, base_url=url.rsplit("/", 1)[0] + "/",
                           registry={entry.archive: f"sha256:{known}" if known else None},
                           urls={entry.archive: url})
     try:
-        getter.fetch(entry.archive, downloader=ResumingDownloader(target / f"{entry.archive}.part", progress))
+        with _quiet_pooch():
+            getter.fetch(entry.archive, downloader=ResumingDownloader(target / f"{entry.archive}.part", progress))
     except DownloadError as exc:
+        _remove_empty(created)
         raise DownloadError(
             f"cannot download {entry.name}: {exc}\n  URL:    {url}\n  target: {target}\n"
             f"Without network, fetch the archive on another machine and copy it there, or by hand:\n"
@@ -263,6 +306,7 @@ def fetch(entry: RegistryEntry, *, root: Optional[Path] = None, mirror: Optional
             f"A mirror: set {ENV_MIRROR} to a base URL that serves <base>/{entry.name.split('/')[0]}/{entry.archive}"
         ) from None
     except ValueError as exc:   # pooch: hash mismatch (the downloaded file is already removed)
+        _remove_empty(created)
         source = "published" if entry.sha256 else f"recorded at the first download ({root / HASHES_FILE})"
         raise ArchiveError(f"{url}: the archive does not match the SHA-256 {source}: {exc}") from None
     sha = _sha256(archive)
