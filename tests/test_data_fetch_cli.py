@@ -3,6 +3,7 @@
 offline it exits 2 with the URL, the target folder and the manual commands, without a traceback;
 ``slam_data list`` / ``download``."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from fetch_helpers import ArchiveServer, closed_port_url, sample_tgz
 from slam.data import cli as data_cli
+from slam.data.registry import lookup
 
 REPO = Path(__file__).resolve().parents[1]
 TOP = "rgbd_dataset_freiburg1_desk"
@@ -46,9 +48,10 @@ def test_run_slam_without_network_exits_2_with_the_manual_commands(tmp_path):
     url = f"{base}/tum/{TOP}.tgz"
     target = tmp_path / "cache/tum/fr1_desk"
     assert proc.returncode == 2
+    assert proc.stderr.startswith("run_slam: cannot download tum/fr1_desk: ")   # nothing printed before
     assert url in proc.stderr and f"target: {target}" in proc.stderr
     assert f"curl -L -C - -o {target / (TOP + '.tgz')} {url}" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (target / TOP).exists()
+    assert "Traceback" not in proc.stderr and not (tmp_path / "cache").exists()   # no empty folders
 
 
 def test_slam_data_list_and_download(tmp_path, mirror, monkeypatch, capsys):
@@ -58,8 +61,25 @@ def test_slam_data_list_and_download(tmp_path, mirror, monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == f"tum/fr1_desk: {tmp_path / 'tum/fr1_desk' / TOP}"
     assert data_cli.main(["list"]) == 0
     listing = capsys.readouterr().out
-    line = next(ln for ln in listing.splitlines() if "tum/fr1_desk " in ln)
-    assert "present" in line and "recorded" in line and f"{mirror.base}/tum/{TOP}.tgz" in line
-    assert "7scenes/redkitchen" in listing and "replica" in listing
+    line = next(ln for ln in listing.splitlines() if ln.startswith("tum/fr1_desk "))
+    assert line.split()[:4] == ["tum/fr1_desk", "tum", "yes", "recorded"] and line.endswith(f"{mirror.base}/tum/{TOP}.tgz")
     assert data_cli.main(["download", "tum/fr9_nope"]) == 2
     assert "unknown name tum/fr9_nope" in capsys.readouterr().err
+
+
+def test_slam_data_list_has_a_header_a_legend_and_the_names_data_path_takes(tmp_path, monkeypatch, capsys):
+    """Every listed name is one that data.path (and slam_data download) accepts, as the README
+    writes them (replica/office0); the header names the columns and the legend explains each."""
+    monkeypatch.setenv("SPHERE_SLAM_DATA", str(tmp_path))
+    assert data_cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.split(r"\s{2,}", lines[1].strip()) == list(data_cli.COLUMNS)
+    table = lines[2:lines.index("")]
+    names = [row.split()[0] for row in table]
+    readme_names = re.findall(r"`((?:tum|7scenes|replica)/[\w-]+)`", (REPO / "README.md").read_text())
+    assert "replica/office0" in readme_names and set(readme_names) <= set(names)
+    assert "replica" not in names and all(lookup(n) is not None for n in names)
+    legend = lines[lines.index("") + 1:]
+    for column in data_cli.COLUMNS:                        # every column explained, with its values
+        assert any(ln.startswith(column.split()[0] + " ") for ln in legend), column
+    assert "none yet" in "\n".join(legend) and "no:" in "\n".join(legend)

@@ -86,3 +86,14 @@ def test_script_runs_from_a_checkout(tmp_path):
                            "--gt", str(tmp_path / "gt.txt")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "ATE [m]" in proc.stdout
+
+
+@pytest.mark.parametrize("module", ["slam.eval.cli", "slam.data.cli", "slam.cli"])
+def test_help_is_plain_text(module):
+    """--help of the user's commands shows no reStructuredText markup (the docstrings use it)."""
+    import importlib
+    parser = importlib.import_module(module).build_parser()
+    text = parser.format_help()
+    assert "``" not in text and text.count("`") == 0
+    if module == "slam.eval.cli":
+        assert "Evaluate a TUM trajectory" in text and "slam_eval est.txt --gt groundtruth.txt" in text

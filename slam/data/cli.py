@@ -1,8 +1,8 @@
-"""``slam_data``: list and download the registry's sequences (the data cache ``run_slam`` uses).
+"""slam_data: list and download the registry's sequences (the data cache run_slam uses).
 
-    slam_data list                        # every registry name, whether it is in the cache, its URL
+    slam_data list                        # every name data.path takes, whether it is cached, its URL
     slam_data download tum/fr1_desk       # download, verify and extract (resumes a partial download)
-    slam_data download replica --keep-archive
+    slam_data download replica/office0 --keep-archive
 Environment: SPHERE_SLAM_DATA (the cache folder), SPHERE_SLAM_MIRROR (base URL of a mirror).
 Exit codes: 0 done, 2 unknown name, download or archive problem (the message says what to do).
 """
@@ -14,8 +14,22 @@ import sys
 from typing import Optional
 
 from slam.data.errors import ArchiveError, DataNotFoundError
-from slam.data.fetch import ENV_CACHE, ENV_MIRROR, data_root, entry_dir, fetch, recorded_hash, source_url
-from slam.data.registry import REGISTRY
+from slam.data.fetch import (ENV_CACHE, ENV_MIRROR, data_root, entry_dir, recorded_hash, sequence_folder,
+                             source_url)
+from slam.data.registry import REGISTRY, lookup
+
+COLUMNS = ("NAME (data.path)", "DATASET", "CACHED", "CHECKSUM", "ARCHIVE")
+LEGEND = f"""\
+NAME      what data.path and slam_data download take; 7scenes/<scene>/seq-02 picks another
+          sequence of a scene (default seq-01)
+DATASET   the loader that reads it: the config's data.dataset (tum.yaml, 7scenes.yaml, replica.yaml)
+CACHED    yes: extracted in the data cache; no: downloaded on first use, or ahead of time with
+          slam_data download NAME
+CHECKSUM  how a download is verified besides its layout: published = the publisher's SHA-256;
+          recorded = the SHA-256 of this cache's first download, which a later download must match;
+          none yet = nothing published, nothing downloaded (the first download's is recorded)
+ARCHIVE   where it downloads from (${ENV_MIRROR} replaces the official location); same archive:
+          the one of the row above (one download holds all of Replica's scenes)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,21 +38,36 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Cache: ${ENV_CACHE} (now {data_root()}). Mirror: ${ENV_MIRROR} serves "
                "<mirror>/<dataset>/<archive>. In a config, data.path: <name> uses the cache (see docs/DATA.md).")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="registry names, cache state, download URLs")
+    sub.add_parser("list", help="the names data.path takes, cache state, download URLs (with a legend)")
     d = sub.add_parser("download", help="download, verify and extract sequences into the cache")
-    d.add_argument("names", nargs="+", metavar="NAME", help="registry names, e.g. tum/fr1_desk 7scenes/chess replica")
+    d.add_argument("names", nargs="+", metavar="NAME",
+                   help="names as slam_data list shows them, e.g. tum/fr1_desk 7scenes/chess replica/office0")
     d.add_argument("--keep-archive", action="store_true", help="keep the downloaded archive next to the data")
     return p
 
 
+def listing_rows(root) -> list:
+    """One row (the COLUMNS) per name ``data.path`` takes; the scenes of one archive share it."""
+    rows = []
+    for entry in REGISTRY.values():
+        checksum = "published" if entry.sha256 else ("recorded" if recorded_hash(entry, root) else "none yet")
+        extracted = entry_dir(entry, root) / entry.root
+        for i, name in enumerate(entry.names()):
+            folder = extracted / name[len(entry.name) + 1:] if entry.scenes else extracted
+            rows.append((name, entry.dataset, "yes" if folder.is_dir() else "no", checksum,
+                         source_url(entry) if i == 0 else "same archive"))
+    return rows
+
+
 def _list() -> int:
     root = data_root()
-    print(f"data cache: {root}")
-    for name, entry in REGISTRY.items():
-        state = "present" if (entry_dir(entry, root) / entry.root).is_dir() else "-"
-        checksum = "published" if entry.sha256 else ("recorded" if recorded_hash(entry, root) else "none yet")
-        seq = f" (default sequence {entry.sequence})" if entry.sequence else ""
-        print(f"  {name:<20} {entry.dataset:<8} {state:<8} sha256 {checksum:<9} {source_url(entry)}{seq}")
+    print(f"data cache: {root} (${ENV_CACHE})")
+    rows = [COLUMNS, *listing_rows(root)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    print()
+    print(LEGEND)
     return 0
 
 
@@ -47,13 +76,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "list":
         return _list()
-    unknown = [n for n in args.names if n not in REGISTRY]
+    unknown = [n for n in args.names if lookup(n) is None]
     if unknown:
-        print(f"slam_data: unknown name {', '.join(unknown)} (one of {', '.join(REGISTRY)})", file=sys.stderr)
+        print(f"slam_data: unknown name {', '.join(unknown)} (slam_data list shows the names)", file=sys.stderr)
         return 2
     for name in args.names:
+        entry, sequence = lookup(name)
         try:
-            folder = fetch(REGISTRY[name], keep_archive=args.keep_archive)
+            folder = sequence_folder(entry, sequence, keep_archive=args.keep_archive)
         except (DataNotFoundError, ArchiveError) as exc:
             print(f"slam_data: {exc}", file=sys.stderr)
             return 2

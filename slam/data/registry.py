@@ -43,6 +43,8 @@ class RegistryEntry:
               ("" = ``root`` itself)
     sha256:   the publisher's checksum, if one is published (None: layout check + first-download hash)
     nested:   glob of archives inside ``root`` that are extracted in place (7-Scenes: ``seq-*.zip``)
+    scenes:   the sequences of a multi-scene archive, each listed by ``slam_data list`` under its own
+              name ``<name>/<scene>`` (Replica: ``replica/office0``); empty for one-sequence entries
     """
 
     name: str
@@ -53,6 +55,11 @@ class RegistryEntry:
     sequence: str = ""
     sha256: Optional[str] = None
     nested: str = ""
+    scenes: Tuple[str, ...] = ()
+
+    def names(self) -> Tuple[str, ...]:
+        """The names ``data.path`` takes for this archive: one per scene, else the entry's own."""
+        return tuple(f"{self.name}/{s}" for s in self.scenes) or (self.name,)
 
 
 TUM_BASE = "https://cvg.cit.tum.de/rgbd/dataset"
@@ -79,7 +86,8 @@ ENTRIES = (
     _tum("fr2_xyz", "freiburg2_xyz"),
     _tum("fr3_office", "freiburg3_long_office_household"),
     *(_seven(s) for s in ("chess", "fire", "heads", "office", "pumpkin", "redkitchen", "stairs")),
-    RegistryEntry("replica", "replica", REPLICA_URL, "Replica.zip", "Replica", sequence="room0"),
+    RegistryEntry("replica", "replica", REPLICA_URL, "Replica.zip", "Replica", sequence="room0",
+                  scenes=("room0", "room1", "room2", "office0", "office1", "office2", "office3", "office4")),
 )
 
 Registry = Dict[str, RegistryEntry]

@@ -25,7 +25,11 @@ from slam.data.trajectory_io import read_tum_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="slam_eval", description=__doc__.split("\n\n")[0],
+    text = __doc__.replace("``", "")              # the docstring is reStructuredText; the help is plain
+    head, rest = text.split("\n\n", 1)
+    head = head.removeprefix("slam_eval: ")
+    p = argparse.ArgumentParser(prog="slam_eval", description=head[0].upper() + head[1:],
+                                epilog="examples:\n" + rest.rstrip(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("estimate", help="estimated trajectory, TUM format (timestamp tx ty tz qx qy qz qw)")
     ref = p.add_mutually_exclusive_group(required=True)
