@@ -85,6 +85,7 @@ setup(
             "slam_eval=slam.eval.cli:main",
             "slam_data=slam.data.cli:main",
             "slam_batch=slam.batch.cli:main",
+            "slam_suite=slam.batch.suite:main",
             "slam_ros1_node=slam.ros.ros1_node:main",
             "slam_ros2_node=slam.ros.ros2_node:main",
         ]
