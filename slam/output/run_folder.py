@@ -1,15 +1,15 @@
-"""The run folder: trajectory, keyframe trajectory, map, resolved config, metrics, log, summary."""
+"""The run folder: trajectory, keyframe trajectory, map, resolved config, metrics, log (the
+terminal summary: ``slam.output.summary``)."""
 from __future__ import annotations
 
 import datetime as _dt
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from slam.config import Config, dump_config
-from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
 from slam.map.map_io import save_map, save_map_pair
 from slam.output.journal import TRAJECTORY_HEADER, write_frames_csv, write_json_atomic
 from slam.output.mesh import write_mesh
@@ -43,8 +43,14 @@ def attach_log(run_dir: Path) -> logging.Handler:
     return handler
 
 
-def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) -> None:
-    """Write everything a run leaves behind. Called on success, error and Ctrl-C alike."""
+Status = Optional[Callable[[str], None]]
+
+
+def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict, status: Status = None) -> None:
+    """Write everything a run leaves behind. Called on success, error and Ctrl-C alike.
+    ``status`` is told (one line each) before the steps that can take seconds: the map, the
+    plots, the mesh."""
+    status = status or (lambda text: None)
     frames, _, _ = result.recorder.snapshot()
     dump_config(cfg, run_dir / "config.yaml")
     if frames:
@@ -62,9 +68,10 @@ def write_outputs(run_dir: Path, cfg: Config, result: RunResult, metrics: dict) 
         write_tum_trajectory(run_dir / "keyframes.txt", np.array([f.timestamp for f in kfs]),
                              np.stack([f.T_wc for f in kfs]), header="keyframe poses")
     if cfg.output.save_map and result.map_rows.shape[0] > 0:
+        status(f"saving the map: {result.map_rows.shape[0]} spheres, {len(result.map_keyframes)} keyframes")
         _write_map(run_dir / "map.ply", result)
     # Plots, mesh: each guarded, never lose the outputs above.
-    _write_extras(run_dir, cfg, result, frames)
+    _write_extras(run_dir, cfg, result, frames, status)
     write_json_atomic(run_dir / "metrics.json", metrics)
 
 
@@ -78,56 +85,18 @@ def _write_map(path: Path, result: RunResult) -> None:
         save_map(path, result.map_rows, result.map_anchors)
 
 
-def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
+def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list, status: Callable[[str], None]) -> None:
     """``trajectory.png``/``translation_error.png`` (slam.output.plots, when ground truth exists),
     ``mesh.ply`` (slam.output.mesh, when ``output.mesh``)."""
-    steps = [("plots", lambda: write_plots(run_dir, frames), cfg.output.plots and bool(frames)),
-             ("mesh", lambda: write_mesh(run_dir / "mesh.ply", result.keyframes), cfg.output.mesh and len(result.keyframes) > 0)]
-    for what, step, wanted in steps:
+    steps = [("plots", "writing the plots (output.plots)", lambda: write_plots(run_dir, frames),
+              cfg.output.plots and bool(frames)),
+             ("mesh", f"building the mesh from {len(result.keyframes)} keyframes (output.mesh)",
+              lambda: write_mesh(run_dir / "mesh.ply", result.keyframes), cfg.output.mesh and len(result.keyframes) > 0)]
+    for what, text, step, wanted in steps:
         if not wanted:
             continue
+        status(text)
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - an optional output must not lose the run
             log.error("could not write the %s: %s: %s", what, type(exc).__name__, exc)
-
-
-def summary_text(metrics: dict, run_dir: Path) -> str:
-    """A one-screen summary of a run."""
-    def f(v, fmt="{:.3f}"):
-        return "n/a" if v is None else fmt.format(v)
-    ate = metrics.get("trajectory", {}) or {}
-    img = metrics.get("images", {}) or {}
-    lines = [
-        f"run folder        {run_dir}",
-        f"stopped           {metrics.get('stop_reason')}",
-        f"frames            {metrics.get('frames')} tracked, {metrics.get('keyframes')} keyframes, "
-        f"{metrics.get('skipped_frames')} skipped",
-        f"ATE RMSE          {f(ate.get('ate_rmse_m') and ate['ate_rmse_m'] * 100, '{:.2f}')} cm (all frames, SE(3)-aligned; "
-        f"as tracked, before the final keyframe poses: "
-        f"{f((metrics.get('trajectory_tracked') or {}).get('ate_rmse_m') and metrics['trajectory_tracked']['ate_rmse_m'] * 100, '{:.2f}')} cm)",
-        f"PSNR / SSIM       {f(img.get('psnr'), '{:.2f}')} dB / {f(img.get('ssim'))} "
-        f"(depth L1 {f(img.get('depth_l1_m') and img['depth_l1_m'] * 100, '{:.2f}')} cm) on keyframes",
-        f"speed             {f(metrics.get('fps_system'), '{:.1f}')} FPS system, "
-        f"{f(metrics.get('fps_tracking'), '{:.1f}')} FPS tracking alone, tracker waited "
-        f"{f(metrics.get('tracking_waited_for_map_s'), '{:.1f}')} s for the mapper",
-        f"map               {metrics.get('spheres')} spheres, {f(metrics.get('map_mb'), '{:.1f}')} MB",
-        f"memory            peak GPU {f(metrics.get('peak_gpu_mb'), '{:.0f}')} MB, "
-        f"peak process {f(metrics.get('peak_rss_mb'), '{:.0f}')} MB",
-        f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries, "
-        f"{(metrics.get('reinit') or {}).get('frames', 0)} re-initialised after gaps",
-    ]
-    loop = metrics.get("loop_closure")
-    if loop:
-        lines.append(f"loop closure      {loop['candidates']} candidates verified: {loop['accepted']} closed, "
-                     f"{loop['consistent']} already consistent, {loop['rejected']} rejected {loop['rejected_by']}")
-    kc = metrics.get("keyframe_depth_consistency")
-    if kc:
-        worst = ", ".join(f"{a}->{b} {mm:.1f} mm" for a, b, mm in kc["worst"])
-        lines.append(f"depth agreement   consecutive keyframes at their poses: median {kc['median_mm']:.1f} mm, "
-                     f"{kc['within_1cm']:.0%} within 1 cm (no ground truth needed); worst {worst}")
-    silent = metrics.get("silent_failures")
-    if silent is not None:
-        lines.append(f"silent failures   {silent['count']} of {silent['checked']} frames reported ok "
-                     f"(motion off ground truth by > {MAX_SHIFT_M * 100:.0f} cm / {MAX_TURN_DEG:.0f} deg){': ' + str(silent['frames'][:10]) if silent['count'] else ''}")
-    return "\n".join(lines)

@@ -31,7 +31,8 @@ from slam.map.map_io import save_map
 from slam.map.sphere_map import logit
 from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
-from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+from slam.output.run_folder import attach_log, make_run_dir, write_outputs
+from slam.output.summary import summary_text
 from slam.output.viewer import attach_viewer
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped

@@ -1,0 +1,60 @@
+"""The run summary a new user reads: a reason beside every n/a, no empty containers ({} / []),
+the stop line a caller passes."""
+import re
+
+import pytest
+
+from data_helpers import write_tum_sequence
+from slam.output.summary import summary_text
+
+N_A = re.compile(r"n/a(?! \()")           # an n/a without a reason in parentheses
+
+
+@pytest.fixture(scope="module")
+def no_gt_metrics(tmp_path_factory, sample_run):
+    """metrics of a short sequential CPU run on a generated sequence without ground truth."""
+    from slam.config import load_config
+    from slam.data.sources import open_source
+    from slam.output.metrics import collect_metrics
+    from slam.runtime.system import SlamSystem
+    seq = write_tum_sequence(tmp_path_factory.mktemp("nogt") / "seq", n=5, gt=False)
+    cfg = load_config("default.yaml", [f"data.path={seq}", "system.threaded=false", "system.device=cpu",
+                                       *sample_run.FAST])
+    source = open_source(cfg.data)
+    system = SlamSystem(cfg)
+    system.run(source)
+    return collect_metrics(system.result(), source.stats, eval_images_every=None)
+
+
+def test_a_run_without_ground_truth_says_why_each_figure_is_missing(no_gt_metrics, tmp_path):
+    text = summary_text(no_gt_metrics, tmp_path)
+    assert "ATE RMSE          n/a (no ground truth in this sequence)" in text.splitlines()
+    assert "PSNR / SSIM       n/a (not evaluated: output.eval_images_every is off)" in text.splitlines()
+    assert "peak GPU n/a (CPU run)" in text
+    assert not N_A.search(text), text
+    assert "{}" not in text and "[]" not in text, text
+
+
+def test_the_loop_line_lists_rejections_only_when_there_are_some(no_gt_metrics, tmp_path):
+    loop = {"candidates": 3, "accepted": 1, "consistent": 0, "rejected": 0, "rejected_by": {}}
+    line = [ln for ln in summary_text(dict(no_gt_metrics, loop_closure=loop), tmp_path).splitlines()
+            if ln.startswith("loop closure")][0]
+    assert line.endswith("0 rejected")
+    loop = dict(loop, rejected=2, rejected_by={"depth": 1, "render": 1})
+    line = [ln for ln in summary_text(dict(no_gt_metrics, loop_closure=loop), tmp_path).splitlines()
+            if ln.startswith("loop closure")][0]
+    assert line.endswith("2 rejected (depth: 1, render: 1)")
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"frames_with_ground_truth": 2}, "only 2 frames with ground truth, 3 needed"),
+    ({"trajectory_error": "ValueError: x"}, "evaluation failed: ValueError: x"),
+])
+def test_other_reasons_for_no_ate(no_gt_metrics, tmp_path, change, reason):
+    assert f"ATE RMSE          n/a ({reason})" in summary_text(dict(no_gt_metrics, **change), tmp_path)
+
+
+def test_the_stop_line_a_caller_passes_replaces_the_stop_reason(no_gt_metrics, tmp_path):
+    text = summary_text(dict(no_gt_metrics, stop_reason="input error after 4 frames: FrameError: x.png: bad"),
+                        tmp_path, stopped="early, on bad input after 4 of 5 frames")
+    assert "stopped           early, on bad input after 4 of 5 frames" in text and "x.png" not in text
