@@ -8,7 +8,9 @@
     run_slam --serve                          # live view in a browser: http://<this machine>:9090
     run_slam --set data.first=75 --map runs/a/map.ply --mode localize   # track on a frozen saved map
 Exit codes: 0 done, 1 a stage failed, 2 bad config or input, 130 interrupted. Outputs so far
-(trajectory, map, metrics) are written in every case once the system has started.
+(trajectory, map, metrics) are written in every case once the system has started; after an input
+error (a bad image in the middle of a sequence) every frame read before it is tracked and saved.
+An error is printed once, as the last line, after the summary.
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ from slam.data.sources import open_source
 from slam.map.map_io import MapFormatError
 from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
-from slam.output.run_folder import attach_log, make_run_dir, summary_text, write_outputs
+from slam.output.run_folder import attach_log, make_run_dir, write_outputs
+from slam.output.summary import summary_text
 from slam.output.viewer import attach_viewer
 from slam.runtime.system import SlamSystem
+from slam.runtime.threads import RERAISED
 
 log = logging.getLogger("slam.cli")
 
@@ -61,10 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """tqdm progress bar with frame rate and sphere count."""
+    """tqdm progress bar with frame rate and sphere count, and the status lines of the phases
+    after the last frame (none with --quiet)."""
 
     def __init__(self, total: Optional[int], system, enabled: bool) -> None:
         self.system = system
+        self.enabled = enabled
         self.bar = None
         if enabled:
             self.bar = tqdm(total=total, unit="frame", dynamic_ncols=True, file=sys.stderr)
@@ -74,6 +80,12 @@ class _Progress:
             self.bar.update(1)
             snap = self.system.latest_map()
             self.bar.set_postfix(spheres=snap.size if snap is not None else 0, ok="yes" if rec.ok else "LOST", refresh=False)
+
+    def phase(self, text: str) -> None:
+        """A status line for a phase after the last frame (above the bar while it is open)."""
+        log.info("%s", text)
+        if self.enabled:
+            tqdm.write(f"run_slam: {text} ...", file=sys.stderr)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -100,11 +112,27 @@ def _defer_interrupts() -> list:
     return noted
 
 
+def _not_reraised(record: logging.LogRecord) -> bool:
+    """Terminal log filter: an error the runner re-raises is printed once, by ``main``."""
+    return not getattr(record, "reraised", False)
+
+
+def _stopped_early(exc: BaseException, frames: int, total: Optional[int]) -> str:
+    """The summary's stop line for a run that ends with an error (printed after the summary)."""
+    read = f"{frames} of {total}" if total is not None else str(frames)
+    if isinstance(exc, FrameError):
+        return (f"early, on bad input after {read} frames (the error is the last line below); "
+                f"the frames before it are tracked and saved")
+    return f"early, on an error after {read} frames (the error is the last line below)"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for h in logging.getLogger().handlers:  # the terminal shows warnings; log.txt gets everything
         h.setLevel(logging.WARNING)
+        if _not_reraised not in h.filters:
+            h.addFilter(_not_reraised)
     try:
         cfg = load_config(args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as exc:
@@ -152,6 +180,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except TypeError:
         total = None
     progress = _Progress(total, system, cfg.system.progress and not args.quiet)
+    system.phase_hooks.append(progress.phase)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     # A process started in the background by a non-interactive shell inherits SIGINT as ignored;
     # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
@@ -168,20 +197,20 @@ def main(argv: Optional[list[str]] = None) -> int:
                 log.info("live view: %s (data %s)", viewer.live.page_url, viewer.live.grpc_url)
                 print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
                       f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
-    rc = 0
+    rc, error_line, failure = 0, None, None
     try:
         system.run(source, progress)
     except KeyboardInterrupt:
         rc = 130
         log.warning("interrupted: writing what was done so far")
     except FrameError as exc:
-        rc = 2
-        log.error("bad input: %s", exc)
-        print(f"run_slam: bad input: {exc}", file=sys.stderr)
+        rc, failure = 2, exc
+        error_line = f"run_slam: bad input: {exc}"
+        log.error("bad input: %s", exc, extra=RERAISED)
     except Exception as exc:  # noqa: BLE001 - report, write outputs, exit non-zero
-        rc = 1
-        log.error("run failed:\n%s", traceback.format_exc())
-        print(f"run_slam: error: {type(exc).__name__}: {exc} (details in {run_dir / 'log.txt'})", file=sys.stderr)
+        rc, failure = 1, exc
+        error_line = f"run_slam: error: {type(exc).__name__}: {exc} (details in {run_dir / 'log.txt'})"
+        log.error("run failed:\n%s", traceback.format_exc(), extra=RERAISED)
     finally:
         late_interrupts = _defer_interrupts()
         progress.close()
@@ -191,21 +220,28 @@ def main(argv: Optional[list[str]] = None) -> int:
         if viewer is not None:
             viewer.close()
     if rc == 0 and system.device.type == "cuda":
+        progress.phase("profiling the tracker on the last frame (GPU ms, kernel launches)")
         try:  # GPU ms and kernel launches per frame, measured after the run (not in its timing)
             system.profile_tracking()
         except Exception as exc:  # noqa: BLE001 - a profiling problem must not lose the outputs
             log.warning("tracking profile failed: %s: %s", type(exc).__name__, exc)
     result = system.result()
-    metrics = collect_metrics(result, source.stats, cfg.output.eval_images_every)
+    every = cfg.output.eval_images_every
+    progress.phase("evaluating: trajectory against the ground truth, depth agreement"
+                   + (f", PSNR/SSIM on {len(result.keyframes[::every])} keyframes" if every and result.keyframes else ""))
+    metrics = collect_metrics(result, source.stats, every)
     if viewer is not None:
         metrics["viewer"] = viewer.stats()
     metrics["autosave"] = autosaver.stats()
-    write_outputs(run_dir, cfg, result, metrics)
-    print(summary_text(metrics, run_dir))
+    write_outputs(run_dir, cfg, result, metrics, status=progress.phase)
+    stopped = _stopped_early(failure, metrics["frames"], total) if failure is not None else None
+    print(summary_text(metrics, run_dir, stopped), flush=True)
     if metrics.get("relocalisation"):  # how the start pose on a saved map was found
         r = metrics["relocalisation"]
         print(f"relocalisation    {'found at frame ' + str(r['frames_to_relocalise']) if r['found'] else 'NOT found'}"
               f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; {r['relocalisations_later']} later)")
+    if error_line is not None:
+        print(error_line, file=sys.stderr, flush=True)
     logging.getLogger("slam").removeHandler(handler)
     handler.close()
     return 130 if late_interrupts and rc == 0 else rc

@@ -195,3 +195,46 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
         assert system.recorder.map_wait_s > 0.5
     else:
         assert max(lags) > 1
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+@pytest.mark.parametrize("damage", ["8-bit depth", "colour of another size"])
+def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded, damage):
+    """A generated TUM sequence whose 7th frame is unusable: every frame before it is tracked and
+    saved, the run stops with exit code 2 and one error line naming the file (the last line), and
+    the summary says that the run stopped early and why. The threaded run shows its progress, so
+    the status lines of the phases after the last frame are checked there too."""
+    import cv2
+    from data_helpers import write_tum_sequence
+    n, bad = 10, 6
+    seq = write_tum_sequence(tmp_path / "seq", n=n)
+    if damage == "8-bit depth":
+        victim = sorted((seq / "depth").iterdir())[bad]
+        cv2.imwrite(str(victim), np.full((24, 32), 100, np.uint8))
+    else:
+        victim = sorted((seq / "rgb").iterdir())[bad]
+        cv2.imwrite(str(victim), np.zeros((10, 12, 3), np.uint8))
+    out = tmp_path / "run"
+    args = ["--set", f"data.path={seq}", "--set", "mapping.final_iters=5", "--set", "output.plots=false",
+            "--set", f"system.threaded={str(threaded).lower()}", "--out", str(out)]
+    if not threaded:
+        args.append("--quiet")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "slam.cli", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    poses = [ln for ln in (out / "trajectory.txt").read_text().splitlines() if not ln.startswith("#")]
+    assert len(poses) == bad
+    naming = [ln for ln in (proc.stdout + proc.stderr).splitlines() if victim.name in ln]
+    assert len(naming) == 1 and naming[0].startswith("run_slam: bad input: ") and str(victim) in naming[0]
+    assert proc.stderr.strip().splitlines()[-1] == naming[0]          # the last line, after the summary
+    assert "Traceback" not in proc.stderr and "ERROR" not in proc.stderr
+    stopped = next(ln for ln in proc.stdout.splitlines() if ln.startswith("stopped"))
+    assert f"early, on bad input after {bad} of {n} frames" in stopped
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["frames"] == bad and m["stop_reason"].startswith(f"input error after {bad} frames: FrameError: {victim}")
+    if threaded:
+        for phase in ("final refinement of the map", "evaluating", "saving the map"):
+            assert f"run_slam: {phase}" in proc.stderr, phase
+    else:
+        assert "run_slam: final refinement" not in proc.stderr           # --quiet: no status lines

@@ -49,6 +49,7 @@ log = logging.getLogger("slam.system")
 
 FrameHook = Callable[[Frame, FrameRecord, Optional[MapSnapshot]], None]
 KeyframeHook = Callable[[MappingReport], None]
+PhaseHook = Callable[[str], None]
 
 
 class SlamSystem:
@@ -56,7 +57,8 @@ class SlamSystem:
     ``result()``. ``frame_hooks`` are called on the tracking thread after every frame with
     (frame, its record, the snapshot it was tracked against); ``keyframe_hooks`` on the mapping
     thread after every mapped keyframe with its ``MappingReport`` (they may read ``result()``:
-    the mapping thread owns the map). Hooks must not block for long."""
+    the mapping thread owns the map); ``phase_hooks`` with a one-line description when a phase
+    after the last frame starts (the final refinement). Hooks must not block for long."""
 
     def __init__(self, cfg: Config, device: Optional[torch.device] = None) -> None:
         self.cfg = cfg
@@ -76,6 +78,7 @@ class SlamSystem:
         self._tracking_profile: Optional[dict] = None
         self.frame_hooks: list[FrameHook] = []
         self.keyframe_hooks: list[KeyframeHook] = []
+        self.phase_hooks: list[PhaseHook] = []
         self.mode = "slam"                  # "slam" | "localize" (frozen map) | "continue"
         self._saved_keyframes: list = []    # localize: the saved map's keyframes, written back as they were
         self._next_kf_id = 0                # keyframe ids: unique within the map (saved ones kept)
@@ -194,11 +197,14 @@ class SlamSystem:
         self.loop.process(*message)
 
     def finish_map(self) -> None:
-        """End of input: apply the loop stage's last corrections, then the final refinement over
-        all keyframes (not on Ctrl-C or errors; never in localize mode, where the saved map
-        stays frozen)."""
+        """End of input (also an input error's): apply the loop stage's last corrections, then
+        the final refinement over all keyframes (not on Ctrl-C or a stage error; never in
+        localize mode, where the saved map stays frozen). Tells ``phase_hooks`` first."""
         self.mapper.apply_pending()
         if self.cfg.mapping.final_iters > 0 and self.mode != "localize":
+            for hook in self.phase_hooks:
+                hook(f"final refinement of the map: {self.cfg.mapping.final_iters} steps over "
+                     f"{len(self.mapper.keyframe_poses)} keyframes (mapping.final_iters)")
             t0 = time.perf_counter()
             loss = self.mapper.refine(self.cfg.mapping.final_iters)
             self.recorder.refine_s = time.perf_counter() - t0

@@ -4,9 +4,11 @@ bounded channels) or sequentially in the caller's thread.
 On CUDA the caller's thread uploads each frame (``slam.runtime.staging``) before it enters the
 ``frames`` channel, so the tracking thread starts from images on the device.
 End of input closes the channels in order (the mapper drains, then runs the final refinement).
-An exception in any stage aborts every channel (every blocked stage wakes with ``Closed``), every
-thread ends, and the runner re-raises the first error; Ctrl-C stops the same way. Each thread has
-its own CUDA stream.
+An error of the source (a bad image, a truncated recording) is an end of input too: every frame
+read before it is tracked and mapped, the map is refined, and then the runner re-raises the
+source's error. An exception in a stage aborts every channel (every blocked stage wakes with
+``Closed``), every thread ends, and the runner re-raises the first error; Ctrl-C stops the same
+way. Each thread has its own CUDA stream. Both runners behave alike.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import logging
 import threading
 import time
 from contextlib import nullcontext
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -24,20 +26,54 @@ from slam.runtime.staging import FrameStager, StagedFrame
 log = logging.getLogger("slam.system")
 
 Progress = Optional[Callable[[object], None]]
+# ``extra`` of the log records of errors that the runner also re-raises to its caller: a caller
+# that prints the error itself (run_slam) keeps them out of the terminal, not out of log.txt.
+RERAISED = {"reraised": True}
+
+
+class SourceFailed(Exception):
+    """Internal: the frame source raised ``error`` (kept apart from the stages' own errors)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def read_frames(frames: Iterable) -> Iterator:
+    """``frames``, with an exception of the source itself re-raised as ``SourceFailed``."""
+    it = iter(frames)
+    while True:
+        try:
+            frame = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - any source error ends the input
+            raise SourceFailed(exc) from exc
+        yield frame
+
+
+def input_error_reason(exc: Exception, frames_done: int) -> str:
+    """The run's stop reason after the source failed (metrics.json ``stop_reason``)."""
+    return f"input error after {frames_done} frames: {type(exc).__name__}: {exc}"
 
 
 def run_sequential(system, frames: Iterable, progress: Progress) -> None:
-    """Track each frame, map its keyframe at once, refine at the end: one thread, fixed order."""
+    """Track each frame, map its keyframe at once, refine at the end: one thread, fixed order.
+    A source error ends the input: the map is refined, then the error is re-raised."""
+    source_error: Optional[Exception] = None
     try:
-        for frame in frames:
-            rec, kf = system.track_frame(frame)
-            if kf is not None:
-                system.map_keyframe(kf)
-                message = system.loop_message(kf)
-                if message is not None:
-                    system.loop_step(message)
-            if progress:
-                progress(rec)
+        try:
+            for frame in read_frames(frames):
+                rec, kf = system.track_frame(frame)
+                if kf is not None:
+                    system.map_keyframe(kf)
+                    message = system.loop_message(kf)
+                    if message is not None:
+                        system.loop_step(message)
+                if progress:
+                    progress(rec)
+        except SourceFailed as failed:
+            source_error = failed.error
         system.finish_map()
     except KeyboardInterrupt:
         system.recorder.finish("interrupted (Ctrl-C)")
@@ -45,6 +81,9 @@ def run_sequential(system, frames: Iterable, progress: Progress) -> None:
     except Exception as exc:
         system.recorder.finish(f"error: {type(exc).__name__}: {exc}")
         raise
+    if source_error is not None:
+        system.recorder.finish(input_error_reason(source_error, len(system.recorder.frames)))
+        raise source_error
 
 
 class _ThreadedRun:
@@ -74,7 +113,8 @@ class _ThreadedRun:
         except Closed:
             pass
         except BaseException as exc:  # noqa: BLE001 - every stage error must reach the caller
-            log.error("%s thread failed: %s: %s", threading.current_thread().name, type(exc).__name__, exc)
+            log.error("%s thread failed: %s: %s", threading.current_thread().name, type(exc).__name__, exc,
+                      extra=RERAISED)
             self.errors.append(exc)
             self.abort()
 
@@ -141,11 +181,15 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
     stage = FrameStager(system.observation, system.device) if system.device.type == "cuda" else StagedFrame
     for t in threads:
         t.start()
+    source_error: Optional[Exception] = None
     try:
-        for frame in frames:
-            if run.errors:
-                break
-            run.frames.put(stage(frame))
+        try:
+            for frame in read_frames(frames):
+                if run.errors:
+                    break
+                run.frames.put(stage(frame))
+        except SourceFailed as failed:  # an end of input: the frames read so far are still tracked
+            source_error = failed.error
         run.frames.close()
     except Closed:
         pass  # a stage failed and aborted the channels
@@ -155,7 +199,7 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
         for t in threads:
             t.join()
         raise
-    except BaseException as exc:  # the source itself failed
+    except BaseException as exc:  # staging a frame failed
         run.errors.append(exc)
         run.abort()
     for t in threads:
@@ -164,3 +208,6 @@ def run_threaded(system, frames: Iterable, progress: Progress) -> None:
         exc = run.errors[0]
         system.recorder.finish(f"error: {type(exc).__name__}: {exc}")
         raise exc
+    if source_error is not None:
+        system.recorder.finish(input_error_reason(source_error, len(system.recorder.frames)))
+        raise source_error
