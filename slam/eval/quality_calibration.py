@@ -32,6 +32,7 @@ from slam.geometry import invert, pivot_increment, relative_motion
 # (shift m, turn deg) of the perturbed starts around the true pose.
 PERTURBATIONS = ((0.05, 3.0), (0.10, 6.0), (0.15, 9.0), (0.0, 5.0), (0.0, 10.0), (0.08, 0.0))
 RIGHT_SHIFT_M, RIGHT_TURN_DEG = 0.02, 1.0        # "right": well inside the failure definition
+RECENT = 10                                      # frames of the run's recent level (Sample.recent)
 # Overrides that open the test (the evidence is recorded, nothing is flagged) and keep the run
 # deterministic and about tracking alone.
 OPEN_TEST = ["system.threaded=false", "system.progress=false", "loop.enabled=false", "mapping.final_iters=0",
@@ -43,13 +44,15 @@ OPEN_TEST = ["system.threaded=false", "system.progress=false", "loop.enabled=fal
 class Sample:
     """One tracked result: frame index, start (shift m, turn deg; (0, 0) = the run's own estimate),
     label ('right' | 'wrong' | None between the two), quality evidence (``TrackQuality`` fields),
-    loss."""
+    loss, and ``recent``: the medians of the same fields and of the loss over the run's last
+    ``RECENT`` frames before this one (for tests relative to the sequence's own level)."""
 
     frame: int
     start: tuple
     label: Optional[str]
     quality: dict = field(default_factory=dict)
     loss: float = float("nan")
+    recent: dict = field(default_factory=dict)
 
 
 def _label(shift: float, turn_rad: float) -> Optional[str]:
@@ -78,6 +81,7 @@ def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
     rng = np.random.default_rng(seed)
     samples: list[Sample] = []
     prev_ok: list = []
+    history: list[dict] = []
 
     def hook(frame, rec, snap) -> None:
         if frame.gt_pose is None:
@@ -88,10 +92,14 @@ def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
             own = relative_motion(invert(p.gt_pose) @ frame.gt_pose, invert(p.T_wc) @ rec.T_wc)
         if rec.ok:
             prev_ok[:] = [rec]
+        recent = {k: float(np.nanmedian([h[k] for h in history[-RECENT:]])) for k in history[0]} if history else {}
+        if rec.quality is not None:
+            history.append({**rec.quality.as_dict(), "loss": rec.loss})
         if snap is None or own is None or frame.index % every:
             return
         own_label = _label(*own)
-        samples.append(Sample(frame.index, (0.0, 0.0), own_label, rec.quality.as_dict() if rec.quality else {}, rec.loss))
+        samples.append(Sample(frame.index, (0.0, 0.0), own_label, rec.quality.as_dict() if rec.quality else {}, rec.loss,
+                              recent))
         if own_label != "right":
             return
         obs = system.observation(frame)
@@ -100,7 +108,7 @@ def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
             tracker.initialise(perturbed(rec.T_wc, shift, turn, rng))
             res = tracker.track(obs, snap)
             samples.append(Sample(frame.index, (shift, turn), _label(*relative_motion(rec.T_wc, res.T_wc)),
-                                  res.quality.as_dict(), res.loss))
+                                  res.quality.as_dict(), res.loss, recent))
 
     system.frame_hooks.append(hook)
     system.run(frames)
