@@ -91,10 +91,13 @@ def transform_points(T: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
 
 
 def rotation_angle(R) -> float:
-    """Angle in radians of a 3x3 rotation (numpy or torch)."""
+    """Angle in radians of a 3x3 rotation (numpy or torch), in [0, pi]. From both the trace and the
+    skew part (atan2), not acos of the trace alone: near 0 that loses precision, and a rotation
+    whose scale is off by 1e-4 (7-Scenes' ground truth) would read as about one degree."""
     R = np.asarray(R.detach().cpu() if isinstance(R, torch.Tensor) else R, dtype=np.float64)
     c = (np.trace(R) - 1.0) / 2.0
-    return float(math.acos(max(-1.0, min(1.0, c))))
+    s = 0.5 * math.sqrt((R[2, 1] - R[1, 2]) ** 2 + (R[0, 2] - R[2, 0]) ** 2 + (R[1, 0] - R[0, 1]) ** 2)
+    return float(math.atan2(s, c))
 
 
 def relative_motion(T_a: np.ndarray, T_b: np.ndarray) -> tuple[float, float]:

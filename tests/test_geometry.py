@@ -114,3 +114,19 @@ def test_constant_velocity_scales_the_motion_with_the_elapsed_time():
     # A pure rotation scales exactly.
     rot = pose_from_increment([0.01, -0.02, 0.03, 0.0, 0.0, 0.0])
     assert np.allclose(constant_velocity_guess(np.eye(4), rot, ratio=2.0), rot @ rot @ rot, atol=1e-12)
+
+
+def test_rotation_angle_is_exact_near_zero_and_robust_to_a_scale_error():
+    R = pose_from_increment([0.0, 0.0, 1e-7, 0, 0, 0])[:3, :3]
+    assert np.isclose(relative_motion(np.eye(4), np.block([[R, np.zeros((3, 1))], [np.zeros((1, 3)), 1]]))[1], 1e-7,
+                      rtol=1e-6)
+    # A rotation stored with a scale error of 2e-4 (7-Scenes' ground truth): the angle between two
+    # such poses of the same orientation stays ~0, not ~1 degree.
+    T = np.eye(4)
+    T[:3, :3] = pose_from_increment([0.3, 0.1, -0.2, 0, 0, 0])[:3, :3] * (1 + 2e-4)
+    assert np.degrees(relative_motion(T, T)[1]) < 0.05
+    for theta in (0.5, 2.0, 3.0):
+        R = pose_from_increment([0.0, theta, 0.0, 0, 0, 0])[:3, :3]
+        P = np.eye(4)
+        P[:3, :3] = R
+        assert np.isclose(relative_motion(np.eye(4), P)[1], theta)
