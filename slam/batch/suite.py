@@ -150,10 +150,13 @@ class GenerationUnavailable(RuntimeError):
 
 
 def _loop_generator():
-    """scripts/make_loop_sample.py's ``generate_loop``, loaded by path from the source tree."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "make_loop_sample.py"
-    if not script.is_file():
-        raise GenerationUnavailable(f"{script} not found (an installed package without its source tree)")
+    """scripts/make_loop_sample.py's ``generate_loop``, loaded by path from this package's source
+    tree, else from the current directory's (an installed slam_suite run in a checkout)."""
+    places = [Path(__file__).resolve().parents[2] / "scripts", Path.cwd() / "scripts"]
+    script = next((d / "make_loop_sample.py" for d in places if (d / "make_loop_sample.py").is_file()), None)
+    if script is None:
+        raise GenerationUnavailable(f"scripts/make_loop_sample.py not found in {places[0].parent} or "
+                                    f"{places[1].parent} (an installed package without its source tree)")
     try:
         import open3d  # noqa: F401  the generator's renderer; fails without libusb-1.0 on Debian
     except Exception as exc:  # noqa: BLE001  ImportError, OSError of a missing system library
@@ -318,7 +321,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         _say("nothing to run")
         return 2
     finished = [j for j in jobs if storage.finished_metrics(j.folder) is not None]
-    _say(f"{len(jobs)} runs ({len({j.base_label for j in jobs})} rows x {args.repeats} repeats), "
+    n_rows = len({j.base_label for j in jobs})
+    _say(f"{len(jobs)} runs ({n_rows} {'row' if n_rows == 1 else 'rows'} x {args.repeats} repeats), "
          f"{len(finished)} finished already (kept), output {storage.display()}")
     if args.dry_run:
         for j in jobs:

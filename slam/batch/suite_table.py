@@ -100,7 +100,8 @@ def _runs_cell(s: dict) -> str:
     if s["runs"]:
         return f"{s['runs']} ({len(s['failed'])} failed)"
     first = s["failed"][0]
-    return f"{first['status']} ({len(s['failed'])}): {first['error'][:80]}"
+    error = first["error"] if len(first["error"]) <= 80 else first["error"][:77] + "..."
+    return f"{first['status']} ({len(s['failed'])}): {error}"
 
 
 def _flagged_cell(s: dict) -> str:
