@@ -92,7 +92,8 @@ def load_jit(kind: str):
         raise ValueError(kind)
     build_dir = cache_dir(name)
     if not any(build_dir.glob(f"{name}*.so")) and not any(build_dir.glob(f"{name}*.pyd")):
-        print(f"sphere rasterizer: compiling the {kind.upper()} kernels (first use, ~1 min; cached "
+        took = "about 5 min on 2 cores, less with more" if kind == "cpu" else "a few minutes"
+        print(f"sphere rasterizer: compiling the {kind.upper()} kernels (first use, {took}; cached "
               f"in {build_dir})...", file=sys.stderr, flush=True)
     mod = cpp_extension.load(
         name=name, sources=sources, extra_cflags=cxx_flags(), extra_cuda_cflags=cuda_flags,

@@ -43,8 +43,8 @@ LOG=$(mktemp "${TMPDIR:-/tmp}/sphere-slam-install.XXXXXX")
 install_log_start "$LOG"
 export PYTHONUNBUFFERED=1
 # Expected times: measured on a 2-core x86-64 machine with a fast PyPI mirror (docs/benchmarks.md,
-# "Install"); more cores mostly shorten the kernel build.
-echo "install.sh: installing sphere-slam into $VENV (about 8 min on a 2-core machine, most of it the kernel build;"\
+# "Install and test suite"); more cores mostly shorten the kernel build.
+echo "install.sh: installing sphere-slam into $VENV (on a 2-core machine 8-14 min, most of it the kernel build;"\
      "full output: $LOG, then $VENV/install.log)"
 
 if [ "$NEED_LIBUSB" = 1 ]; then
@@ -59,21 +59,21 @@ if [ "$NEED_LIBUSB" = 1 ]; then
   fi
 fi
 
-step "virtual environment $VENV and an up-to-date pip" "about 10 s"
+step "virtual environment $VENV and an up-to-date pip" "about 15 s"
 [ -x "$VENV/bin/python" ] || run_step all "creating the venv" "$PY" -m venv "$VENV"
 run_step pip "upgrading pip" "$VENV/bin/python" -m pip install --upgrade pip
 step_done
 
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   step "torch ${TORCH_VERSION:-2.13.0}, before the package so that a CPU machine never gets the multi-GB CUDA build" \
-       "about 2 min"
+       "about 1-2 min"
   run_step pip "installing torch" "$VENV/bin/python" -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 else
   step "torch: already in $VENV ($("$VENV/bin/python" -c 'import torch; print(torch.__version__)')), kept"
 fi
 step_done
 
-step "sphere-slam and its dependencies${EXTRAS:+ (extras: $EXTRAS)}" "about 1.5 min"
+step "sphere-slam and its dependencies${EXTRAS:+ (extras: $EXTRAS)}" "about 3 min"
 run_step pip "installing the package" "$VENV/bin/python" -m pip install ".${EXTRAS:+[$EXTRAS]}"
 step_done
 
@@ -100,7 +100,7 @@ VENV_PY="$(cd "$VENV" && pwd)/bin/python"
 KERNELS="not built (SKIP_KERNEL_BUILD=1: the first run builds them)"
 if [ "${SKIP_KERNEL_BUILD:-0}" != 1 ]; then
   KIND=$(cd / && "$VENV_PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
-  if [ "$KIND" = cuda ]; then EXPECT="a few minutes"; else EXPECT="about 5 min on 2 cores, about 1 min on 16"; fi
+  if [ "$KIND" = cuda ]; then EXPECT="a few minutes"; else EXPECT="about 5 min on 2 idle cores, up to 10 when they are busy; less with more cores"; fi
   step "compiling the rasterizer's ${KIND^^} kernels (once; the first run then starts at once)" "$EXPECT"
   if (cd / && run_step ninja "compiling" env SPHERE_RASTER_VERBOSE=1 "$VENV_PY" -c "from rasterizer import _build
 _build.load_jit('$KIND')"); then
