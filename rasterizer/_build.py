@@ -10,6 +10,7 @@ setup.py loads this file with runpy, so it must not import the ``rasterizer`` pa
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -60,12 +61,28 @@ def _sources(names):
     return [str(CSRC / s) for s in names]
 
 
+def source_key() -> str:
+    """A short hash of where the kernel sources are and what they say: each checkout or installed
+    copy (and each version of the sources) builds into a folder of its own. With one folder per
+    Python and torch only, two copies of the package on one machine (a checkout and its installed
+    copy, a clean clone) rebuilt each other's kernels on every switch (5-9 min on 2 cores) and
+    waited on each other's build lock."""
+    h = hashlib.sha1(str(CSRC).encode())
+    for p in sorted(CSRC.iterdir()):
+        if p.is_file():
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def cache_dir(name: str) -> Path:
+    """The build folder of extension ``name``: $SPHERE_RASTER_CACHE (default
+    ~/.cache/sphere_rasterizer) / Python and torch versions / ``source_key()`` / name."""
     import torch
 
     root = Path(os.environ.get("SPHERE_RASTER_CACHE", Path.home() / ".cache" / "sphere_rasterizer"))
     tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}"
-    d = root / tag.replace("+", "_") / name
+    d = root / tag.replace("+", "_") / source_key() / name
     d.mkdir(parents=True, exist_ok=True)
     return d
 
