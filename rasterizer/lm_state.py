@@ -29,9 +29,10 @@ flags and counters, and two packed Gauss-Newton results (rasterizer.gauss_newton
   TRIAL. Skipped once the level is done.
 * START: passes += 1, CUR = TRIAL; done when no pixel is valid (no_valid = 1: the frame fails)
   or the cost is 0.
-* PROPOSE: x = -(H + damping diag(max(diag H, min_diagonal)))^-1 g from CUR (6 or 8 parameters),
-  trial pose = pivot_increment(x[:6], pivot) @ T (slam.geometry.pivot_increment), trial exposure =
-  exposure + x[6:8] (with exposure).
+* PROPOSE: x = -(H + damping diag(max(diag H, min_diagonal)))^-1 g from CUR (6 or 8 parameters;
+  x = 0 when it is not finite: no move), trial pose = pivot_increment(x[:6], pivot) @ T
+  (slam.geometry.pivot_increment), trial exposure = exposure + x[6:8] (with exposure), clamped
+  to the plausible range (``clamp_exposure``).
 * ACCEPT: trials += 1, passes += 1. If TRIAL's cost <= CUR's: the trial becomes current, damping =
   max(damping * down, min_damping), done when max |x[:6]| < converged_step or the cost is 0.
   Else damping *= up; done after ``attempts`` consecutive rejections.
@@ -57,7 +58,8 @@ from .gauss_newton import _settings, _validate, f32
 from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, apply_increment
 
 __all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
-           "lm_phase_reference", "BEGIN", "START", "PROPOSE", "ACCEPT"]
+           "lm_phase_reference", "clamp_exposure", "LOG_GAIN_MAX", "BIAS_MAX", "BEGIN", "START", "PROPOSE",
+           "ACCEPT"]
 
 # State layout (csrc/lm_math.h)
 T, TRIAL_T, EXP, TRIAL_EXP = 0, 16, 32, 34
@@ -73,6 +75,19 @@ G, COST, L1, N_VALID, N_COVERED, N_DEPTH_IN, N_COLOR_IN = (N_TRI, N_TRI + N_PARA
     range(N_TRI + N_PARAMS + 1, PACKED_SIZE))
 
 BEGIN, START, PROPOSE, ACCEPT = range(4)
+
+# The exposure's plausible range (the one statement in Python; csrc/lm_math.h kLmLogGainMax and
+# kLmBiasMax say the same for the kernels): a gain outside [1/8, 8] (three stops) or a bias beyond
+# a whole colour range is not an exposure change but a failed fit, e.g. the log gain's step on a
+# frame whose covered map is nearly black (its gain row ~0) overflowed exp(). Not tuning values: a
+# real exposure change stays well inside, and the bound only keeps the arithmetic finite.
+LOG_GAIN_MAX = float(np.log(8.0))
+BIAS_MAX = 1.0                      # colour is in [0, 1]
+
+
+def clamp_exposure(log_gain: float, bias: float) -> tuple[float, float]:
+    """(log gain, bias) clamped to +-LOG_GAIN_MAX, +-BIAS_MAX (NaN stays NaN)."""
+    return (float(np.clip(log_gain, -LOG_GAIN_MAX, LOG_GAIN_MAX)), float(np.clip(bias, -BIAS_MAX, BIAS_MAX)))
 
 
 def new_state(T_cw: np.ndarray, device) -> torch.Tensor:
@@ -161,10 +176,12 @@ def lm_phase_reference(state: np.ndarray, phase: int, settings: list) -> None:
         A = H + s[DAMPING] * np.diag(np.maximum(np.diag(H), min_diag))
         x = np.zeros(N_PARAMS)
         x[:n] = -np.linalg.solve(A, cur[G:G + n])
+        if not np.all(np.isfinite(x)):
+            x[:] = 0.0                      # NaN / inf normal equations: no move
         s[STEP_MAX] = np.abs(x[:6]).max()
         T_cw = s[T:T + 16].reshape(4, 4)
         s[TRIAL_T:TRIAL_T + 16] = _apply_pivot_increment(x, s[PIVOT], T_cw).reshape(16)
-        s[TRIAL_EXP:TRIAL_EXP + 2] = s[EXP:EXP + 2] + (x[6:8] if exposure else 0.0)
+        s[TRIAL_EXP:TRIAL_EXP + 2] = clamp_exposure(*(s[EXP:EXP + 2] + (x[6:8] if exposure else 0.0)))
     elif phase == ACCEPT:
         s[TRIALS] += 1.0
         s[PASSES] += 1.0

@@ -136,3 +136,47 @@ def test_pivot_depth_is_the_median_of_valid_depth():
         d[torch.rand(37, 51, generator=g) < holes] = 0
         assert float(pivot_depth(d)) == float(d[d > 0].median())
     assert float(pivot_depth(torch.zeros(4, 4))) == 1.0
+
+
+def _diagonal_state(h_diag, g):
+    """An LM state whose CUR normal equations are diag(h_diag), g (8 each), damping 1e-3."""
+    from rasterizer.gn_reference import N_TRI
+    s = lm_random_state(np.random.default_rng(8))
+    s[L.CUR:L.CUR + N_TRI] = np.diag(np.asarray(h_diag, dtype=np.float64))[np.triu_indices(8)]
+    s[L.CUR + L.G:L.CUR + L.G + 8] = g
+    s[L.DAMPING] = 1e-3
+    return s
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_propose_keeps_the_exposure_in_its_plausible_range(sign):
+    """A frame whose covered map is nearly black has a log-gain row of ~0, and its step is huge (it
+    overflowed exp() in the render solver): the trial exposure is clamped to +-LOG_GAIN_MAX,
+    +-BIAS_MAX, by the kernel as by the oracle and the host solver's clamp; the pose step is kept."""
+    s = _diagonal_state([1.0] * 6 + [1e-12, 1e-12], [0.01, 0.0, 0.0, 0.0, 0.0, 0.0, sign, -sign])
+    ref = s.copy()
+    L.lm_phase_reference(ref, L.PROPOSE, settings())
+    got = torch.from_numpy(s.copy())
+    L.lm_phase(got, L.PROPOSE, settings())
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
+    want = (-sign * L.LOG_GAIN_MAX, sign * L.BIAS_MAX)
+    assert tuple(got[L.TRIAL_EXP:L.TRIAL_EXP + 2].tolist()) == want
+    step = lm.damped_step(np.diag([1.0] * 6 + [1e-12, 1e-12]), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3)
+    assert abs(step[6]) > 1e9 and lm.clamp_exposure(*(s[L.EXP:L.EXP + 2] + step[6:8])) == want
+    assert got[L.STEP_MAX] == pytest.approx(0.01 / 1.001)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_propose_does_not_move_on_non_finite_normal_equations(bad):
+    """NaN or inf in the normal equations (non-finite data): no move, in the kernel, the oracle and
+    the host solver's step; the trial is the current pose and exposure, never a NaN pose."""
+    s = _diagonal_state([1.0] * 8, [0.01, bad, 0.0, 0.0, 0.0, 0.0, 0.1, 0.1])
+    ref = s.copy()
+    L.lm_phase_reference(ref, L.PROPOSE, settings())
+    got = torch.from_numpy(s.copy())
+    L.lm_phase(got, L.PROPOSE, settings())
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
+    assert np.array_equal(got[L.TRIAL_T:L.TRIAL_T + 16].numpy(), s[L.T:L.T + 16])
+    assert np.array_equal(got[L.TRIAL_EXP:L.TRIAL_EXP + 2].numpy(), s[L.EXP:L.EXP + 2])
+    assert got[L.STEP_MAX] == 0.0
+    assert not lm.damped_step(np.eye(8), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3).any()

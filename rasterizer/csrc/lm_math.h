@@ -37,6 +37,20 @@ constexpr int kLmSize = kLmTrial + kGnValues;   // 152
 
 enum LmPhase { kLmBegin = 0, kLmStart = 1, kLmPropose = 2, kLmAccept = 3 };
 
+// The exposure's plausible range, the trial exposure is clamped to it (rasterizer/lm_state.py
+// LOG_GAIN_MAX and BIAS_MAX, the Python statement): a gain outside [1/8, 8] or a bias beyond a
+// whole colour range is not an exposure change but a failed fit (the log gain's step on a frame
+// whose covered map is nearly black overflowed exp()). Not tuning values: they keep the
+// arithmetic finite.
+constexpr double kLmLogGainMax = 2.0794415416798357;  // log(8)
+constexpr double kLmBiasMax = 1.0;                    // colour is in [0, 1]
+
+// v clamped to [-limit, limit]; NaN stays NaN (as numpy.clip).
+SR_HD double lm_clamp(double v, double limit) { return v < -limit ? -limit : (v > limit ? limit : v); }
+
+// True for a finite value: NaN and +-inf fail the comparison (one spelling for host C++ and CUDA).
+SR_HD bool lm_finite(double v) { return fabs(v) <= 1.7976931348623157e308; }
+
 // Host list: damping, damping_up, damping_down, min_damping, min_diagonal, converged_step,
 // attempts, exposure (0/1).
 constexpr int kLmSettings = 8;
@@ -52,7 +66,7 @@ inline LmSettings make_lm_settings(const double* s) {
 
 // x = -(H + damping diag(max(diag H, min_diag)))^-1 g of a packed result (n = 6 or 8 parameters),
 // by Gaussian elimination with partial pivoting (the system is 8x8). Returns false (x = 0) when
-// the damped system is singular.
+// the damped system is singular or the step is not finite (NaN / inf normal equations: no move).
 SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag, int n, double* x) {
   double A[kGnParams][kGnParams + 1];
   for (int i = 0; i < n; ++i) {
@@ -84,6 +98,11 @@ SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag,
     for (int j = i + 1; j < n; ++j) s -= A[i][j] * x[j];
     x[i] = s / A[i][i];
   }
+  for (int i = 0; i < n; ++i)
+    if (!lm_finite(x[i])) {
+      for (int j = 0; j < n; ++j) x[j] = 0.0;
+      return false;
+    }
   return true;
 }
 
@@ -164,8 +183,8 @@ SR_HD void lm_phase(double* s, int phase, const LmSettings& c) {
     for (int i = 0; i < kGnPose; ++i) m = fmax(m, fabs(x[i]));
     s[kLmStepMax] = m;
     lm_apply_increment(x, s[kLmPivot], s + kLmT, s + kLmTrialT);
-    s[kLmTrialExp] = s[kLmExp] + (c.exposure ? x[6] : 0.0);
-    s[kLmTrialExp + 1] = s[kLmExp + 1] + (c.exposure ? x[7] : 0.0);
+    s[kLmTrialExp] = lm_clamp(s[kLmExp] + (c.exposure ? x[6] : 0.0), kLmLogGainMax);
+    s[kLmTrialExp + 1] = lm_clamp(s[kLmExp + 1] + (c.exposure ? x[7] : 0.0), kLmBiasMax);
   } else if (phase == kLmAccept) {
     s[kLmTrials] += 1.0;
     s[kLmPasses] += 1.0;

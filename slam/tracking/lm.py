@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from rasterizer.lm_state import clamp_exposure
 from rasterizer.normal_equations import packed_size, robust_normal_equations, unpack
 from rasterizer.point_motion import point_motion
 from slam.observation import Observation, depth_edge_mask
@@ -64,8 +65,10 @@ def target(obs: Observation, depth_weight: float) -> torch.Tensor:
 
 def affine(exposure: tuple[float, float], depth_weight: float, device) -> torch.Tensor:
     """(2, 4) per-channel scale and offset that map a render onto the target: colour gets the
-    exposure (gain = exp(log_gain), bias), depth the depth weight."""
-    gain, bias = math.exp(exposure[0]), exposure[1]
+    exposure (gain = exp(log_gain), bias; clamped to the plausible range,
+    ``rasterizer.lm_state.clamp_exposure``), depth the depth weight."""
+    log_gain, bias = clamp_exposure(*exposure)
+    gain = math.exp(log_gain)
     return torch.tensor([[gain, gain, gain, depth_weight], [bias, bias, bias, 0.0]],
                         dtype=torch.float32).to(device)
 
@@ -172,7 +175,7 @@ def normal_equations(r: torch.Tensor, out, m: torch.Tensor, exposure: tuple[floa
     band = max(1, min(H, BAND_PIXELS // W))
     J = torch.empty(n_params, band * W * 4, device=r.device)
     packed = torch.zeros(packed_size(n_params), dtype=torch.float64, device=r.device)
-    gain = math.exp(exposure[0])
+    gain = math.exp(clamp_exposure(*exposure)[0])
     for a in range(0, H, band):
         b = min(H, a + band)
         Jb = J[:, : (b - a) * W * 4]
@@ -190,7 +193,13 @@ def normal_equations(r: torch.Tensor, out, m: torch.Tensor, exposure: tuple[floa
 
 def damped_step(H, g, damping: float) -> np.ndarray:
     """The Levenberg-Marquardt step -(H + damping diag(H))^-1 g of host normal equations H (P, P),
-    g (P,) (float64 CPU tensors or arrays), the diagonal floored at MIN_DIAGONAL: (P,) float64.
-    Solved in NumPy: an 8x8 system, where PyTorch's dispatch costs more than the solve."""
+    g (P,) (float64 CPU tensors or arrays), the diagonal floored at MIN_DIAGONAL: (P,) float64;
+    zero (no move) when the system is singular or the step not finite (NaN / inf normal equations),
+    as the device LM's step (csrc/lm_math.h). Solved in NumPy: an 8x8 system, where PyTorch's
+    dispatch costs more than the solve."""
     Hn, gn = np.asarray(H, dtype=np.float64), np.asarray(g, dtype=np.float64)
-    return -np.linalg.solve(Hn + damping * np.diag(np.maximum(np.diag(Hn), MIN_DIAGONAL)), gn)
+    try:
+        step = -np.linalg.solve(Hn + damping * np.diag(np.maximum(np.diag(Hn), MIN_DIAGONAL)), gn)
+    except np.linalg.LinAlgError:
+        return np.zeros_like(gn)
+    return step if np.all(np.isfinite(step)) else np.zeros_like(gn)

@@ -257,13 +257,13 @@ class Tracker:
                     pose_rows = partial(lm.copy_rows, cols)
                 Hd, gd, cost = lm.normal_equations(r, out, m, exposure, pose_rows, k, cfg.exposure)
                 del r, pose_rows, cols   # image-sized: free before the trial renders
-                if cost == 0.0:
-                    break  # nothing known in view
+                if cost == 0.0 or not math.isfinite(cost):
+                    break  # nothing known in view, or NaN / inf data: no step to take
                 # LM: try the step, accept if the robust cost drops, else damp harder.
                 for _attempt in range(cfg.lm_attempts):
                     step = lm.damped_step(Hd, gd, damping)
                     T_new = moved(T_cw, step[:6])
-                    exp_new = (exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
+                    exp_new = lm.clamp_exposure(exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
                     aff_new = lm.affine(exp_new, cfg.depth_weight, device) if cfg.exposure else affine
                     out_new = render(T_new)
                     cost_new = float(lm.robust_cost(lm.residual(out_new, target, m, aff_new), k))
