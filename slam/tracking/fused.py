@@ -169,8 +169,9 @@ class FusedSolver:
         cnt = max(res.n_covered, 1)
         known = cnt / max(float(res.n_valid), 1.0)
         q = TrackQuality(known, res.n_depth_in / cnt, res.n_color_in / cnt, conditioning(res.H))
-        T_cw = host[L.T:L.T + 16].reshape(4, 4)
-        return TrackResult(orthonormalize(invert(T_cw)), res.l1 / cnt, known, True, False, trials, q,
+        T_wc = invert(host[L.T:L.T + 16].reshape(4, 4))
+        T_wc = orthonormalize(T_wc) if np.all(np.isfinite(T_wc)) else T_wc   # NaN: failed by the tracker
+        return TrackResult(T_wc, res.l1 / cnt, known, True, False, trials, q,
                            information=pivot_information_to_body(res.H.numpy(), float(host[L.PIVOT])))
 
 

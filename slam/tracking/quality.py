@@ -60,10 +60,13 @@ def pixel_counts(out, obs: Observation, valid: torch.Tensor, covered: torch.Tens
 
 def conditioning(H: Optional[torch.Tensor]) -> float:
     """Smallest / largest eigenvalue of the Jacobi-scaled 6x6 pose block of ``H`` (host, float64);
-    NaN when unknown, 0 when a direction has no evidence at all."""
+    NaN when unknown or not finite (NaN data: no eigenvalues to take), 0 when a direction has no
+    evidence at all."""
     if H is None:
         return NAN
     P = np.asarray(H[:6, :6], dtype=np.float64)
+    if not np.all(np.isfinite(P)):
+        return NAN
     d = np.sqrt(np.clip(np.diag(P), 1e-30, None))
     ev = np.linalg.eigvalsh(P / d[:, None] / d[None, :])
     return float(max(ev[0], 0.0) / ev[-1]) if ev[-1] > 0 else 0.0

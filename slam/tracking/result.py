@@ -1,12 +1,29 @@
 """What the tracker returns for a frame."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from slam.tracking.quality import TrackQuality
+
+
+def not_finite(r: "TrackResult") -> list[str]:
+    """The names of ``r``'s numbers that are NaN or infinite where a solver's result needs them
+    finite: the pose, the loss, the measured quality figures and the information. An infinite loss
+    with nothing known (``known_fraction`` 0) is the solvers' "no valid pixel in view", left to the
+    quality test. Empty for a usable result."""
+    bad = [] if np.all(np.isfinite(r.T_wc)) else ["pose"]
+    if math.isfinite(r.loss):
+        q = r.quality
+        bad += [k for k in ("known", "depth_inliers", "color_inliers") if not math.isfinite(getattr(q, k))]
+    elif not (r.loss == math.inf and r.known_fraction == 0.0):
+        bad.append("loss")   # NaN, or infinite over measured pixels (infinite data)
+    if r.information is not None and not np.all(np.isfinite(r.information)):
+        bad.append("information")
+    return bad
 
 
 def rank(r: "TrackResult") -> tuple:

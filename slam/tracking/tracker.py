@@ -45,7 +45,7 @@ from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
 from slam.tracking.quality import TrackQuality, conditioning, judge, pixel_counts
-from slam.tracking.result import TrackResult, rank
+from slam.tracking.result import TrackResult, not_finite, rank
 
 # The residual-spike failure test compares a frame's loss with the median of the last
 # LOSS_HISTORY good frames, once MIN_LOSS_HISTORY exist; its factor, ``residual_spike``, is the
@@ -167,6 +167,8 @@ class Tracker:
     # ------------------------------------------------------------------ internals
     def _failure(self, r: TrackResult) -> Optional[str]:
         """None when ``r`` passes the absolute quality test and the spike test, else why not."""
+        if r.reason is not None:
+            return r.reason   # the solver's own: a result that is not finite (``_optimise``)
         reason = judge(r.quality, r.loss, self.cfg.min_known_fraction, self.quality_cfg)
         if reason is None and len(self.recent_losses) >= MIN_LOSS_HISTORY:
             median = statistics.median(self.recent_losses)
@@ -195,12 +197,22 @@ class Tracker:
         return k
 
     def _optimise(self, levels: "Levels", snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
-        """LM from ``T_wc_init`` with the configured solver (``tracking.solver``)."""
+        """LM from ``T_wc_init`` with the configured solver (``tracking.solver``). A start or a
+        result that is not finite (NaN / inf data, a diverged solve) is a failed result at a finite
+        pose (the start, else the last good pose) with its reason, never an exception."""
+        if not np.all(np.isfinite(T_wc_init)):
+            return TrackResult(self.last_good_or_identity(), float("inf"), 0.0, False, False, 0,
+                               reason="not finite: the start pose")
         if self._fused is not None:
             result, passes = self._fused.optimise(levels, snapshot, T_wc_init, iters)
             self._renders += passes
-            return result
-        return self._optimise_renders(levels.pyramid(), snapshot, T_wc_init, iters)
+        else:
+            result = self._optimise_renders(levels.pyramid(), snapshot, T_wc_init, iters)
+        bad = not_finite(result)
+        if bad:
+            return TrackResult(np.array(T_wc_init, dtype=np.float64), float("inf"), 0.0, False, False, result.iters,
+                               reason=f"not finite: {', '.join(bad)} (bad input data or a diverged solve)")
+        return result
 
     @torch.no_grad()
     def _optimise_renders(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
@@ -290,6 +302,7 @@ class Tracker:
             loss_val = l1 / cnt
             known = cnt / max(float(n_valid), 1.0)
             quality = TrackQuality(known, depth_in / cnt, color_in / cnt, conditioning(Hd))
-        T_wc = orthonormalize(invert(T_cw))
+        T_wc = invert(T_cw)
+        T_wc = orthonormalize(T_wc) if np.all(np.isfinite(T_wc)) else T_wc   # NaN: failed by _optimise
         information = None if Hd is None else pivot_information_to_body(Hd.cpu().numpy(), z_pivot)
         return TrackResult(T_wc, loss_val, known, True, False, done, quality, information=information)
