@@ -32,10 +32,13 @@ class Observation:
 
     @staticmethod
     def from_numpy(color: np.ndarray, depth: np.ndarray, K: np.ndarray, device: torch.device) -> "Observation":
-        """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors."""
+        """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors. Depth that is not
+        finite and positive (NaN, inf, negative: a ROS topic or a camera stream can deliver them)
+        becomes 0, invalid, as ``slam.data.frame.validate_frame`` makes it for the loaders."""
         color = np.asarray(color)
         c = upload(color, device, color.dtype) / 255.0
         d = upload(depth, device, np.float32)
+        d = torch.where((d > 0) & (d < float("inf")), d, 0.0)   # a new tensor: never the caller's array
         k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
         return Observation(c, d, k)
 
