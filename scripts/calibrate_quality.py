@@ -1,7 +1,7 @@
 """Calibrate the tracking-quality test (``quality.*``) as a detector, on a sequence with ground truth.
 
 Runs SLAM with the test opened, tracks every ``--every``-th frame again from perturbed starts, and
-prints how each (min_depth_inliers, min_color_inliers) rule separates right from wrong results
+prints how the quality test separates right from wrong results under a grid of its settings
 (``slam/eval/quality_calibration.py`` says how they are made and labelled); ``--json`` keeps the
 samples. Needs the package installed (``pip install .``):
 
@@ -41,11 +41,14 @@ def main() -> None:
         for k in FIELDS:
             p = np.nanpercentile([q.get(k, np.nan) for q in qs], [1, 5, 50, 95, 99]) if qs else [np.nan] * 5
             print(f"      {k:14s} p1 {p[0]:.3f}  p5 {p[1]:.3f}  p50 {p[2]:.3f}  p95 {p[3]:.3f}  p99 {p[4]:.3f}")
-    print("rule (min_depth_inliers, min_color_inliers): false alarms among right / misses among wrong")
-    for r in rule_table(samples):
+    base = load_config(args.config, args.set)
+    grid = {"min_depth_inliers": [0.3, 0.5, 0.7, 0.9], "min_color_inliers": [0.3, 0.5, 0.7],
+            "residual_spike": [2.0, 2.5, 3.0, 1e9]}
+    print(f"quality test ({', '.join(grid)}; the rest as configured): false alarms among right / misses among wrong")
+    for r in rule_table(samples, base.quality, base.tracking.min_known_fraction, grid):
         fa = "n/a" if r["false_alarms"] is None else f"{r['false_alarms']:.1%}"
         mi = "n/a" if r["misses"] is None else f"{r['misses']:.1%}"
-        print(f"  ({r['d']:.1f}, {r['c']:.1f})  {fa:>6s} / {mi:>6s}")
+        print("  " + ", ".join(f"{r[k]:g}" for k in grid) + f"   {fa:>6s} / {mi:>6s}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from slam.config import load_config
+from slam.config import QualityConfig, load_config
 from slam.data.sources import open_source
 from slam.eval.quality_calibration import OPEN_TEST, Sample, collect, perturbed, rule_table
 from slam.geometry import relative_motion
@@ -18,13 +18,19 @@ def test_perturbation_has_the_asked_size():
 
 
 def test_rule_table_counts_false_alarms_and_misses():
-    s = [Sample(0, (0, 0), "right", {"depth_inliers": 0.95, "color_inliers": 0.9}),
-         Sample(1, (0, 0), "right", {"depth_inliers": 0.55, "color_inliers": 0.9}),
-         Sample(2, (0.1, 6), "wrong", {"depth_inliers": 0.6, "color_inliers": 0.8}),
-         Sample(3, (0.1, 6), "wrong", {"depth_inliers": 0.1, "color_inliers": float("nan")})]
-    rows = {(r["d"], r["c"]): r for r in rule_table(s, depth_mins=(0.5, 0.7), color_mins=(0.5,))}
-    assert rows[(0.5, 0.5)]["false_alarms"] == 0.0 and rows[(0.5, 0.5)]["misses"] == 0.5
-    assert rows[(0.7, 0.5)]["false_alarms"] == 0.5 and rows[(0.7, 0.5)]["misses"] == 0.0
+    q = QualityConfig()
+    level = {"loss": 0.1, "depth_inliers": 0.95}
+    s = [Sample(0, (0, 0), "right", {"known": 0.8, "depth_inliers": 0.95, "color_inliers": 0.9}, 0.1, level),
+         Sample(1, (0, 0), "right", {"known": 0.8, "depth_inliers": 0.55, "color_inliers": 0.9}, 0.12, level),
+         Sample(2, (0.1, 6), "wrong", {"known": 0.8, "depth_inliers": 0.6, "color_inliers": 0.8}, 0.5, level),
+         Sample(3, (0.1, 6), "wrong", {"known": 0.8, "depth_inliers": 0.1, "color_inliers": 0.3}, 0.9, level)]
+    grid = {"min_depth_inliers": [0.5, 0.7], "residual_spike": [1e9]}
+    rows = {r["min_depth_inliers"]: r for r in rule_table(s, q, 0.2, grid)}
+    assert rows[0.5]["false_alarms"] == 0.0 and rows[0.5]["misses"] == 0.5
+    assert rows[0.7]["false_alarms"] == 0.5 and rows[0.7]["misses"] == 0.0
+    # The loss against the recent level catches the wrong result the floors pass (0.5 > 2.5 x 0.1).
+    spike = rule_table(s, q, 0.2, {"min_depth_inliers": [0.5], "residual_spike": [2.5]})[0]
+    assert spike["misses"] == 0.0 and spike["false_alarms"] == 0.0
 
 
 def test_collect_on_the_sample_finds_right_and_wrong_results(sample_run):
@@ -34,5 +40,5 @@ def test_collect_on_the_sample_finds_right_and_wrong_results(sample_run):
     assert own and all(s.label == "right" for s in own)         # the sample tracks within 2 cm / 1 deg
     labels = {s.label for s in samples if s.start != (0.0, 0.0)}
     assert "wrong" in labels                                     # some perturbed starts do not come back
-    rows = rule_table(samples)
+    rows = rule_table(samples, cfg.quality, 0.2, {"min_depth_inliers": [0.5, 0.9]})
     assert all(r["right"] == sum(s.label == "right" for s in samples) for r in rows)

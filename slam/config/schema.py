@@ -70,7 +70,6 @@ class TrackingConfig:
                                     # factor: the finest pyramid level
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
     min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
-    residual_spike: float = 3.0     # final loss above spike * running median = failure
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
     obs_gradient: float = 0.5       # solver fused, every pyramid level: share of the observed
@@ -86,16 +85,23 @@ class TrackingConfig:
 
 @dataclass
 class QualityConfig:
-    """The absolute tracking-quality test (slam/tracking/quality.py): evidence of the final pose
-    alone, never relative to earlier frames. Thresholds calibrated on the bundled sample and 7-Scenes
-    (scripts/calibrate_quality.py, docs/benchmarks.md)."""
+    """The tracking-quality test (slam/tracking/quality.py): evidence of the final pose, judged
+    against absolute floors and against the sequence's recent level (the frames that passed).
+    Chosen as a detector on both real sequences, right vs wrong poses
+    (scripts/calibrate_quality.py; docs/benchmarks.md, "Quality test")."""
 
-    depth_noise_floor: float = 0.02   # m: a depth inlier is within floor + quad * z^2 of the render:
-    depth_noise_quad: float = 0.005   # 1/m: ~3.5 sigma of structured-light noise (sigma ~ 1.4e-3 z^2,
-                                      # Kinect) plus 2 cm for registration, quantisation, map edges
+    # The sensor's depth noise model: a depth inlier is within floor + quad * z^2 of the render.
+    # A sensor family's values belong in its config (configs/kinect_v1.yaml, realsense.yaml);
+    # these defaults are Kinect v1's: ~3.5 sigma of structured-light noise (sigma ~ 1.4e-3 z^2)
+    # plus 2 cm for registration, quantisation and map edges.
+    depth_noise_floor: float = 0.02   # m
+    depth_noise_quad: float = 0.005   # 1/m
     color_tol: float = 0.1            # colour inlier: mean |error| after exposure, 0-1 intensity
-    min_depth_inliers: float = 0.9    # share of the covered pixels that must be depth inliers
-    min_color_inliers: float = 0.7    # share of the covered pixels that must be colour inliers
+    # Absolute floors (any sensor, any motion): a right pose never has fewer.
+    min_depth_inliers: float = 0.5    # share of the covered pixels that must be depth inliers
+    min_color_inliers: float = 0.5    # share of the covered pixels that must be colour inliers
+    # Relative to the recent level (the median loss of the last frames that passed the floors):
+    residual_spike: float = 2.5       # a final loss above this x the recent median = failure
 
 
 @dataclass
@@ -184,16 +190,34 @@ class LoopConfig:
     min_inliers: float = 0.7        # share of those that agree in depth after ICP
     min_render_agreement: float = 0.6  # render-and-compare: share of the covered pixels where
                                     # the map rendered at the loop pose agrees with the depth
+    min_depth_inliers: float = 0.9  # the dense alignment with the old map must have at least these
+    min_color_inliers: float = 0.7  # shares of depth / colour inliers (quality.*'s absolute test with
+                                    # stricter floors: a wrong loop bends the whole trajectory, and a
+                                    # one-off alignment has no recent level to be judged against)
     align_solver: Literal["renders", "fused"] = "fused"  # the dense alignment's tracking.solver:
                                     # it starts from the ICP pose, where the fused solver is as
                                     # good, and it needs no image-sized Jacobian buffers while the
                                     # tracker runs beside it (GPU memory, docs/benchmarks.md)
     min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
     min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
+    # Acceptance (slam/loop/acceptance.py): a loop is closed only when its two keyframes are this
+    # far apart in time and in the path travelled between them (metres or degrees: either
+    # suffices; local re-observation is tracking against the map, not a loop) ...
+    min_separation_s: float = 10.0
+    min_path_m: float = 1.0
+    min_path_deg: float = 180.0
+    consistent_detections: int = 2  # ... this many consecutive keyframes detect the same loop and
+                                    # their measurements agree (1 = no consistency check) ...
+    significance: float = 0.99      # ... and its correction is beyond this chi-square probability of
+                                    # its own measurement's noise (0 = any correction above min_correction)
+    guard: bool = True              # keep a correction only if the keyframes' depths agree better
+                                    # across and along the loop after it (slam/loop/guard.py)
+    backend: Literal["gnc", "dcs", "cauchy", "huber"] = "gnc"  # the pose graph's robust back end
+                                    # for loop edges (slam/loop/pose_graph.py)
     odometry_sigma_trans: float = 0.01    # m: odometry edge std-dev between consecutive keyframes
     odometry_sigma_rot_deg: float = 0.5   # deg
-    loop_sigma_trans: float = 0.01        # m: loop edge std-dev (Huber-robust)
-    loop_sigma_rot_deg: float = 0.5       # deg
+    loop_sigma_trans: float = 0.01        # m: a loop or bridge edge's std-dev where its measurement
+    loop_sigma_rot_deg: float = 0.5       # deg   has no information of its own
 
 
 @dataclass

@@ -14,20 +14,23 @@ its label:
   that estimate is right: the map the tracker aligns with has drifted with the run, so the truth is
   not where a right result lands (within 2 cm / 1 deg of it = right, beyond 5 cm / 3 deg = wrong).
 
-``rule_table`` then gives, for a grid of (min_depth_inliers, min_color_inliers), the share of right
-results a rule flags (false alarms) and the share of wrong results it passes (misses).
+``rule_table`` then gives, for a grid of quality settings, the share of right results the test
+flags (false alarms) and the share of wrong results it passes (misses).
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from slam.config import Config
+from slam.config import Config, QualityConfig
 from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
 from slam.geometry import invert, pivot_increment, relative_motion
+from slam.tracking.quality import TrackQuality, judge
 
 # (shift m, turn deg) of the perturbed starts around the true pose.
 PERTURBATIONS = ((0.05, 3.0), (0.10, 6.0), (0.15, 9.0), (0.0, 5.0), (0.0, 10.0), (0.08, 0.0))
@@ -36,7 +39,7 @@ RECENT = 10                                      # frames of the run's recent le
 # Overrides that open the test (the evidence is recorded, nothing is flagged) and keep the run
 # deterministic and about tracking alone.
 OPEN_TEST = ["system.threaded=false", "system.progress=false", "loop.enabled=false", "mapping.final_iters=0",
-             "quality.min_depth_inliers=0.0", "quality.min_color_inliers=0.0", "tracking.residual_spike=1e9",
+             "quality.min_depth_inliers=0.0", "quality.min_color_inliers=0.0", "quality.residual_spike=1e9",
              "tracking.min_known_fraction=0.0"]
 
 
@@ -115,22 +118,32 @@ def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
     return samples
 
 
-def rule_table(samples: list[Sample], depth_mins=(0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-               color_mins=(0.3, 0.4, 0.5, 0.6, 0.7)) -> list[dict]:
-    """For each (min_depth_inliers d, min_color_inliers c): {d, c, false_alarms (share of right
-    samples with depth inliers < d or colour inliers < c), misses (share of wrong samples passing
-    both), right, wrong (counts)}."""
-    def arrays(label):
-        qs = [s.quality for s in samples if s.label == label and s.quality]
-        return (np.array([q.get("depth_inliers", np.nan) for q in qs], dtype=float),
-                np.array([q.get("color_inliers", np.nan) for q in qs], dtype=float))
-    (rd, rc), (wd, wc) = arrays("right"), arrays("wrong")
+class _Level:
+    """A sample's recorded recent level in ``judge``'s interface (``RecentLevel``)."""
+
+    def __init__(self, recent: dict) -> None:
+        self.recent = recent
+
+    def loss(self) -> Optional[float]:
+        v = self.recent.get("loss")
+        return v if v is not None and math.isfinite(v) else None
+
+
+def rule_table(samples: list[Sample], quality: QualityConfig, min_known: float, grid: dict) -> list[dict]:
+    """For each combination of ``grid`` ({quality key: [values]}) on top of ``quality``, the
+    quality test (``slam.tracking.quality.judge`` with each sample's recorded recent level): {the
+    grid's values, false_alarms (share of right samples it flags), misses (share of wrong samples
+    it passes), right, wrong (counts)}."""
+    right = [x for x in samples if x.label == "right" and x.quality]
+    wrong = [x for x in samples if x.label == "wrong" and x.quality]
+    keys = list(grid)
     rows = []
-    for d in depth_mins:
-        for c in color_mins:
-            passed_r = (rd >= d) & (rc >= c)          # NaN evidence fails, as in quality.judge
-            passed_w = (wd >= d) & (wc >= c)
-            rows.append({"d": d, "c": c, "right": len(rd), "wrong": len(wd),
-                         "false_alarms": float(1 - passed_r.mean()) if len(rd) else None,
-                         "misses": float(passed_w.mean()) if len(wd) else None})
+    for values in itertools.product(*(grid[k] for k in keys)):
+        cfg = dataclasses.replace(quality, **dict(zip(keys, values)))
+
+        def passes(x: Sample) -> bool:
+            return judge(TrackQuality(**x.quality), x.loss, min_known, cfg, _Level(x.recent)) is None
+        rows.append({**dict(zip(keys, values)), "right": len(right), "wrong": len(wrong),
+                     "false_alarms": float(np.mean([not passes(x) for x in right])) if right else None,
+                     "misses": float(np.mean([passes(x) for x in wrong])) if wrong else None})
     return rows

@@ -1,8 +1,14 @@
-"""The absolute tracking-quality test: is this frame's pose right, judged by the frame alone?
+"""The tracking-quality test: is this frame's pose right? Evidence of the final pose, judged two ways.
 
-A failure test relative to recent frames (a residual spike over the running median) misses the
-dangerous case: when every frame is bad (wide baselines after dropped frames), nothing looks like
-a spike and wrong poses are reported as tracked. This test uses evidence of the final pose only:
+Absolute floors: a test relative to recent frames alone misses the dangerous case where every
+frame is bad (wide baselines after dropped frames): nothing looks like a spike and wrong poses are
+reported as tracked. Relative to the sequence's recent level (``RecentLevel``: the median loss of
+the last frames that passed the floors): how much evidence a right pose has depends on the sensor
+and the motion (Kinect v1 at 65 deg/s: right poses with 50-95 % depth inliers; at walking pace
+98-100 %), so one absolute threshold either flags half of a fast hand-held sequence or passes
+wrong poses on a slow one, while a wrong pose stands out against its own sequence: its loss is
+several times the recent level. Calibrated as a detector on both real sequences
+(``slam/eval/quality_calibration.py``, docs/benchmarks.md). The evidence:
 
 - ``known``: the share of the frame's valid, edge-free depth pixels the map covers;
 - ``depth_inliers``: of those covered pixels, the share whose rendered depth is within the
@@ -18,6 +24,8 @@ a spike and wrong poses are reported as tracked. This test uses evidence of the 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -28,6 +36,12 @@ from slam.config import QualityConfig
 from slam.observation import Observation
 
 NAN = float("nan")
+# The recent level is the median over the last HISTORY frames that passed the absolute floors, used
+# once MIN_HISTORY exist: long enough for a stable median, short enough to follow the motion (not
+# tuning values: the threshold is quality.residual_spike).
+HISTORY = 30
+MIN_HISTORY = 5
+RELATIVE = "residual spike"
 
 
 @dataclass
@@ -72,8 +86,31 @@ def conditioning(H: Optional[torch.Tensor]) -> float:
     return float(max(ev[0], 0.0) / ev[-1]) if ev[-1] > 0 else 0.0
 
 
-def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig) -> Optional[str]:
-    """None when the frame passes, else why it fails as 'kind: details' (for logs and metrics)."""
+class RecentLevel:
+    """The loss of the last ``HISTORY`` frames that passed the absolute floors: what a right pose
+    costs in this sequence now (owned by one tracker). Frames flagged only by the relative test
+    count too: a lasting change of the level (fast motion, blur, a new part of the scene) is then
+    taken in within HISTORY / 2 frames instead of flagging every later frame against a level that
+    no frame could pass any more (a failure cascade: no keyframes, the map stops growing)."""
+
+    def __init__(self) -> None:
+        self.losses: deque = deque(maxlen=HISTORY)
+
+    def add(self, loss: float) -> None:
+        """Record the loss of a frame that passed the absolute floors."""
+        if math.isfinite(loss):
+            self.losses.append(loss)
+
+    def loss(self) -> Optional[float]:
+        """The median loss, or None before MIN_HISTORY frames."""
+        return statistics.median(self.losses) if len(self.losses) >= MIN_HISTORY else None
+
+
+def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig,
+          level: Optional[RecentLevel] = None) -> Optional[str]:
+    """None when the frame passes, else why it fails as 'kind: details' (for logs and metrics).
+    ``level``: the sequence's recent level (None: the absolute floors only, e.g. a one-off
+    tracker's alignment). A reason that starts with ``RELATIVE`` is the relative test's."""
     if not math.isfinite(loss):
         return "no residual: nothing of the map in view"
     if not q.known >= min_known:      # NaN (not measured) fails too
@@ -82,4 +119,7 @@ def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig) ->
         return f"depth inliers: {q.depth_inliers:.0%} (< {cfg.min_depth_inliers:.0%})"
     if not q.color_inliers >= cfg.min_color_inliers:
         return f"colour inliers: {q.color_inliers:.0%} (< {cfg.min_color_inliers:.0%})"
+    recent = level.loss() if level is not None else None
+    if recent is not None and loss > cfg.residual_spike * max(recent, 1e-6):
+        return f"{RELATIVE}: {loss:.3f} above {cfg.residual_spike:g} x the recent median {recent:.3f}"
     return None

@@ -93,11 +93,11 @@ class Relocaliser:
         self.backend = backend
         self.deltas = _perturbations(cfg.shift, cfg.angle_deg)
         # Candidates start far from the truth: the tracker refines them with its recovery budget
-        # and at least three pyramid levels, judged by verification, not by the spike test. Its
-        # trackers live for one attempt: no CUDA graphs (a capture synchronises the device).
+        # and at least three pyramid levels, judged by verification (a fresh tracker has no recent
+        # level to compare with). Its trackers live for one attempt: no CUDA graphs (a capture
+        # synchronises the device).
         self.track_cfg = dataclasses.replace(tracking, iters=max(tracking.recovery_iters, tracking.iters),
-                                             pyramid_levels=max(3, tracking.pyramid_levels),
-                                             residual_spike=float("inf"), cuda_graph=False)
+                                             pyramid_levels=max(3, tracking.pyramid_levels), cuda_graph=False)
         self.quality_cfg = quality
         self.attempts = 0
 

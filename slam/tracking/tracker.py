@@ -29,8 +29,6 @@ pose); frames that stay failed are reported so the system makes no keyframe from
 from __future__ import annotations
 
 import math
-import statistics
-from collections import deque
 from functools import partial
 from typing import Optional
 
@@ -44,14 +42,9 @@ from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
-from slam.tracking.quality import TrackQuality, conditioning, judge, pixel_counts
+from slam.tracking.quality import RELATIVE, RecentLevel, TrackQuality, conditioning, judge, pixel_counts
 from slam.tracking.result import TrackResult, not_finite, rank
 
-# The residual-spike failure test compares a frame's loss with the median of the last
-# LOSS_HISTORY good frames, once MIN_LOSS_HISTORY exist; its factor, ``residual_spike``, is the
-# tuning value. The window only has to be long enough for a stable median.
-LOSS_HISTORY = 30
-MIN_LOSS_HISTORY = 5
 # The motion prior extrapolates the last good motion by the time elapsed since the last good
 # frame, at most this long: a hand-held or robot camera's velocity says little about where it is
 # after a longer dropout (the re-initialisation's gap test takes over there). Not a tuning value of
@@ -90,7 +83,7 @@ class Tracker:
         self.prev_t: Optional[float] = None
         self.prev2_t: Optional[float] = None
         self.last_good: Optional[np.ndarray] = None
-        self.recent_losses: deque = deque(maxlen=LOSS_HISTORY)
+        self.level = RecentLevel()     # the loss of the recent frames that passed the floors
         self.failures = 0
         self.recoveries = 0
         self._huber: dict = {}   # device -> (4,) Huber thresholds of the residual channels
@@ -166,19 +159,16 @@ class Tracker:
 
     # ------------------------------------------------------------------ internals
     def _failure(self, r: TrackResult) -> Optional[str]:
-        """None when ``r`` passes the absolute quality test and the spike test, else why not."""
+        """None when ``r`` passes the quality test (``slam.tracking.quality.judge``, against the
+        recent level of this tracker's frames), else why not."""
         if r.reason is not None:
             return r.reason   # the solver's own: a result that is not finite (``_optimise``)
-        reason = judge(r.quality, r.loss, self.cfg.min_known_fraction, self.quality_cfg)
-        if reason is None and len(self.recent_losses) >= MIN_LOSS_HISTORY:
-            median = statistics.median(self.recent_losses)
-            if r.loss > self.cfg.residual_spike * max(median, 1e-6):
-                reason = f"residual spike: {r.loss:.3f} above {self.cfg.residual_spike:g} x the recent median {median:.3f}"
-        return reason
+        return judge(r.quality, r.loss, self.cfg.min_known_fraction, self.quality_cfg, self.level)
 
     def _update_history(self, r: TrackResult, timestamp: Optional[float]) -> None:
+        if r.ok or (r.reason or "").startswith(RELATIVE):
+            self.level.add(r.loss)
         if r.ok:
-            self.recent_losses.append(r.loss)
             self.prev2, self.prev = self.prev, r.T_wc
             self.prev2_t, self.prev_t = self.prev_t, timestamp
             self.last_good = r.T_wc
