@@ -69,7 +69,12 @@ class TrackingConfig:
     downscale: int = 1              # frames are tracked (and relocalised) at the input / this
                                     # factor: the finest pyramid level
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
-    min_known_fraction: float = 0.2 # fewer known pixels than this = tracking failure
+    min_known_fraction: float = 0.05  # a map covering less of the valid depth than this = nothing
+                                    # to judge the pose by (a dropout, a view away from the map).
+                                    # Above it a low coverage is exploration, not failure: the
+                                    # covered part must agree (quality.*), and the frame's keyframe
+                                    # grows the map where it is new (at 0.2, a camera turning into
+                                    # new ground was flagged frame after frame and the map stopped)
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
     obs_gradient: float = 0.5       # solver fused, every pyramid level: share of the observed
