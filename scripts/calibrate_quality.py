@@ -42,8 +42,8 @@ def main() -> None:
             p = np.nanpercentile([q.get(k, np.nan) for q in qs], [1, 5, 50, 95, 99]) if qs else [np.nan] * 5
             print(f"      {k:14s} p1 {p[0]:.3f}  p5 {p[1]:.3f}  p50 {p[2]:.3f}  p95 {p[3]:.3f}  p99 {p[4]:.3f}")
     base = load_config(args.config, args.set)
-    grid = {"min_depth_inliers": [0.3, 0.5, 0.7, 0.9], "min_color_inliers": [0.3, 0.5, 0.7],
-            "residual_spike": [2.0, 2.5, 3.0, 1e9]}
+    grid = {"min_depth_inliers": [0.3, 0.5, 0.7, 0.9], "residual_spike": [2.0, 2.5, 3.0, 1e9],
+            "weak_spike": [1.5, 2.0, 1e9], "weak_depth_inliers": [0.85, 0.9, 0.95]}
     print(f"quality test ({', '.join(grid)}; the rest as configured): false alarms among right / misses among wrong")
     for r in rule_table(samples, base.quality, base.tracking.min_known_fraction, grid):
         fa = "n/a" if r["false_alarms"] is None else f"{r['false_alarms']:.1%}"

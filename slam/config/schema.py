@@ -107,6 +107,8 @@ class QualityConfig:
     min_color_inliers: float = 0.5    # share of the covered pixels that must be colour inliers
     # Relative to the recent level (the median loss of the last frames that passed the floors):
     residual_spike: float = 2.5       # a final loss above this x the recent median = failure
+    weak_spike: float = 2.0           # ... and a loss above this x the recent median together
+    weak_depth_inliers: float = 0.9   # with depth inliers below this = failure (both moderately off)
 
 
 @dataclass

@@ -7,7 +7,8 @@ the last frames that passed the floors): how much evidence a right pose has depe
 and the motion (Kinect v1 at 65 deg/s: right poses with 50-95 % depth inliers; at walking pace
 98-100 %), so one absolute threshold either flags half of a fast hand-held sequence or passes
 wrong poses on a slow one, while a wrong pose stands out against its own sequence: its loss is
-several times the recent level. Calibrated as a detector on both real sequences
+several times the recent level, or twice it with depth inliers a right pose keeps on a slow
+sequence (the wide baselines of dropped frames). Calibrated as a detector on both real sequences
 (``slam/eval/quality_calibration.py``, docs/benchmarks.md). The evidence:
 
 - ``known``: the share of the frame's valid, edge-free depth pixels the map covers;
@@ -120,6 +121,12 @@ def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig,
     if not q.color_inliers >= cfg.min_color_inliers:
         return f"colour inliers: {q.color_inliers:.0%} (< {cfg.min_color_inliers:.0%})"
     recent = level.loss() if level is not None else None
-    if recent is not None and loss > cfg.residual_spike * max(recent, 1e-6):
+    if recent is None:
+        return None
+    ratio = loss / max(recent, 1e-6)
+    if ratio > cfg.residual_spike:
         return f"{RELATIVE}: {loss:.3f} above {cfg.residual_spike:g} x the recent median {recent:.3f}"
+    if ratio > cfg.weak_spike and q.depth_inliers < cfg.weak_depth_inliers:
+        return (f"{RELATIVE} with few depth inliers: {loss:.3f} above {cfg.weak_spike:g} x the recent median "
+                f"{recent:.3f} and depth inliers {q.depth_inliers:.0%} (< {cfg.weak_depth_inliers:.0%})")
     return None
