@@ -30,12 +30,12 @@ import numpy as np
 from slam.config import Config, QualityConfig
 from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
 from slam.geometry import invert, pivot_increment, relative_motion
-from slam.tracking.quality import TrackQuality, judge
+from slam.tracking.quality import HISTORY, TrackQuality, judge
 
 # (shift m, turn deg) of the perturbed starts around the true pose.
 PERTURBATIONS = ((0.05, 3.0), (0.10, 6.0), (0.15, 9.0), (0.0, 5.0), (0.0, 10.0), (0.08, 0.0))
 RIGHT_SHIFT_M, RIGHT_TURN_DEG = 0.02, 1.0        # "right": well inside the failure definition
-RECENT = 10                                      # frames of the run's recent level (Sample.recent)
+RECENT = HISTORY   # frames of the run's recent level (Sample.recent), as the tracker's
 # Overrides that open the test (the evidence is recorded, nothing is flagged) and keep the run
 # deterministic and about tracking alone.
 OPEN_TEST = ["system.threaded=false", "system.progress=false", "loop.enabled=false", "mapping.final_iters=0",

@@ -38,9 +38,11 @@ from slam.observation import Observation
 
 NAN = float("nan")
 # The recent level is the median over the last HISTORY frames that passed the absolute floors, used
-# once MIN_HISTORY exist: long enough for a stable median, short enough to follow the motion (not
-# tuning values: the threshold is quality.residual_spike).
-HISTORY = 30
+# once MIN_HISTORY exist: long enough for a stable median, short enough to follow a loss that grows
+# with the motion (with 30 frames, the onset of a fast turn on TUM fr1/rpy was flagged frame after
+# frame and, without their keyframes, the map fell behind and tracking diverged). The calibration's
+# samples carry the same window (slam/eval/quality_calibration.py, RECENT).
+HISTORY = 10
 MIN_HISTORY = 5
 RELATIVE = "residual spike"
 
