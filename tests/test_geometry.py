@@ -130,3 +130,22 @@ def test_rotation_angle_is_exact_near_zero_and_robust_to_a_scale_error():
         P = np.eye(4)
         P[:3, :3] = R
         assert np.isclose(relative_motion(np.eye(4), P)[1], theta)
+
+
+def test_tracker_motion_prior_uses_the_real_time_step():
+    """Tracker.guess: the last good motion scaled by the time elapsed since the last good frame, at
+    most MAX_EXTRAPOLATION_S beyond the motion's own interval (slam.tracking.tracker)."""
+    from slam.config import load_config
+    from slam.tracking.tracker import MAX_EXTRAPOLATION_S, Tracker
+
+    cfg = load_config("default.yaml")
+    step = pose_from_increment([0.0, 0.02, 0.0, 0.01, 0.0, 0.0])
+    for interval in (1 / 30, 0.53):                       # a 30 Hz stream, 7-Scenes at stride 16
+        tracker = Tracker(cfg.tracking, cfg.quality)
+        tracker.initialise(np.eye(4), 0.0)
+        tracker.prev2, tracker.prev2_t, tracker.prev, tracker.prev_t = np.eye(4), 0.0, step, interval
+        assert np.allclose(tracker.guess(2 * interval), step @ step)          # the next frame: one step
+        if interval < MAX_EXTRAPOLATION_S:                                     # a frame dropped: two steps
+            assert np.isclose(relative_motion(step, tracker.guess(3 * interval))[1], 0.04)
+        far = tracker.guess(interval + 10.0)                                   # a long dropout: capped
+        assert np.isclose(relative_motion(step, far)[1], 0.02 * (interval + MAX_EXTRAPOLATION_S) / interval)
