@@ -236,10 +236,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     write_outputs(run_dir, cfg, result, metrics, status=progress.phase)
     stopped = _stopped_early(failure, metrics["frames"], total) if failure is not None else None
     print(summary_text(metrics, run_dir, stopped), flush=True)
-    if metrics.get("relocalisation"):  # how the start pose on a saved map was found
-        r = metrics["relocalisation"]
-        print(f"relocalisation    {'found at frame ' + str(r['frames_to_relocalise']) if r['found'] else 'NOT found'}"
-              f" ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; {r['relocalisations_later']} later)")
     if error_line is not None:
         print(error_line, file=sys.stderr, flush=True)
     logging.getLogger("slam").removeHandler(handler)

@@ -58,3 +58,17 @@ def test_the_stop_line_a_caller_passes_replaces_the_stop_reason(no_gt_metrics, t
     text = summary_text(dict(no_gt_metrics, stop_reason="input error after 4 frames: FrameError: x.png: bad"),
                         tmp_path, stopped="early, on bad input after 4 of 5 frames")
     assert "stopped           early, on bad input after 4 of 5 frames" in text and "x.png" not in text
+
+
+def test_relocalisation_and_quality_test_lines():
+    from pathlib import Path
+    from slam.output.summary import summary_text
+    m = {"frames": 10, "relocalisation": {"mode": "slam", "attempts": 3, "succeeded": 1, "ms_mean": 420.0,
+                                          "ms_max": 900.0},
+         "quality_detector": {"flagged": 4, "hits": 3, "false_alarms": 1}}
+    text = summary_text(m, Path("/tmp/x"))
+    assert "3 attempts while lost, 1 found the camera; 420 ms each on average (max 900 ms)" in text
+    assert "4 frames flagged: 3 truly off, 1 false alarms" in text
+    saved = {"frames": 10, "relocalisation": {"mode": "localize", "found": True, "frames_to_relocalise": 2,
+                                              "attempts": 2, "ms_total": 1500.0, "relocalisations_later": 0}}
+    assert "found at frame 2 (2 attempts, 1.5 s; 0 later)" in summary_text(saved, Path("/tmp/x"))

@@ -64,6 +64,17 @@ def _loop_line(loop: dict) -> str:
             f"{loop['consistent']} already consistent, {rejected}")
 
 
+def _relocalisation_line(r: dict) -> str:
+    """Saved map: how the start pose was found; SLAM: what the attempts while lost cost (they run
+    off the tracking thread, so they cost the frames flagged meanwhile, not a stall)."""
+    if r["mode"] != "slam":
+        found = f"found at frame {r['frames_to_relocalise']}" if r["found"] else "NOT found"
+        return (f"relocalisation    {found} ({r['attempts']} attempts, {r['ms_total'] / 1e3:.1f} s; "
+                f"{r['relocalisations_later']} later)")
+    return (f"relocalisation    {r['attempts']} attempts while lost, {r['succeeded']} found the camera; "
+            f"{r['ms_mean']:.0f} ms each on average (max {r['ms_max']:.0f} ms), off the tracking thread")
+
+
 def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) -> str:
     """A one-screen summary of a run. ``stopped`` replaces the stop reason of the metrics (a
     caller that prints the error itself says here that the run stopped early)."""
@@ -87,6 +98,12 @@ def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) ->
     ]
     if (metrics.get("final_refine_s") or 0) >= 0.1:
         lines.insert(6, f"final refinement  {metrics['final_refine_s']:.1f} s after the last frame (not in the FPS)")
+    if metrics.get("relocalisation"):
+        lines.append(_relocalisation_line(metrics["relocalisation"]))
+    detector = metrics.get("quality_detector")
+    if detector:
+        lines.append(f"quality test      {detector['flagged']} frames flagged: {detector['hits']} truly off, "
+                     f"{detector['false_alarms']} false alarms (by ground truth)")
     loop = metrics.get("loop_closure")
     if loop:
         lines.append(_loop_line(loop))
