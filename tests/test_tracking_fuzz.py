@@ -21,22 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from slam.config import load_config
-from slam.geometry import invert, pivot_increment, so3_exp
-from slam.map.snapshot import MapSnapshot
+from slam.geometry import so3_exp
 from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.frontend import TrackingFrontend
 from slam.tracking.tracker import Tracker
+from tracking_world import DT, H, K, T0, T1, W, frame_obs, make_world, tracking_config
 
-W, H = 40, 30
-F = 0.9 * W
-K = np.array([[F, 0.0, (W - 1) / 2], [0.0, F, (H - 1) / 2], [0.0, 0.0, 1.0]])
-DT = 1 / 30                                         # s between frames
-MOTION = np.array([0.003, -0.004, 0.002, 0.01, -0.005, 0.008])   # rad, m per frame about z = 2 m
-T0 = np.eye(4)
-T1 = invert(pivot_increment(MOTION, 2.0))           # 2.0 cm and 0.3 deg from T0
-T2 = invert(pivot_increment(2 * MOTION, 2.0))
 NAN, INF = float("nan"), float("inf")
 
 OK, FAILS, EITHER = "tracks", "fails", "either"   # what a case's bad frames must give
@@ -53,11 +44,6 @@ class Case:
     prior: Optional[np.ndarray] = None
     dark: bool = False
     same_stamp: bool = False
-
-
-def frame_obs(color: np.ndarray, depth: np.ndarray) -> Observation:
-    """A frame as the system uploads one (``Observation.from_numpy``: the input boundary)."""
-    return Observation.from_numpy(color, depth, K, torch.device("cpu"))
 
 
 def raw_obs(color: np.ndarray, depth: np.ndarray) -> Observation:
@@ -123,40 +109,12 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def world():
-    """The map (MapSnapshot), its dark twin, and the clean frames at T0, T1, T2 as (colour uint8,
-    depth float32) renders (depth 0 where the map does not cover)."""
-    g = torch.Generator().manual_seed(0)
-    means, colors = [], []
-    # (z, x range, y range, spacing): the wall, then two boxes in front
-    for z, (x0, x1), (y0, y1), s in ((2.2, (-1.5, 1.5), (-1.1, 1.1), 0.08), (1.3, (-0.5, 0.0), (-0.3, 0.2), 0.05),
-                                     (1.6, (0.2, 0.6), (-0.1, 0.5), 0.06)):
-        X, Y = torch.meshgrid(torch.arange(x0, x1, s), torch.arange(y0, y1, s), indexing="xy")
-        p = torch.stack([X.reshape(-1), Y.reshape(-1), torch.full((X.numel(),), z)], 1)
-        c = torch.stack([0.5 + 0.4 * torch.sin(7 * p[:, 0] + 3 * p[:, 1] + k) for k in (0.0, 2.0, 4.0)], 1)
-        means.append(p)
-        colors.append((c + 0.1 * torch.rand(c.shape, generator=g)).clamp(0, 1))
-    means, colors = torch.cat(means), torch.cat(colors)
-    radii = 0.05 * means[:, 2] / 2.2
-    opacities = torch.full((means.shape[0],), 0.95)
-    snap = MapSnapshot(means, radii, colors, opacities, 1)
-    dark = MapSnapshot(means, radii, colors * 1e-4, opacities, 2)
-
-    def render(T_wc):
-        out = snap.render(torch.from_numpy(K).float(), W, H, T_wc=T_wc, backend="cpu")
-        color = (out.color * 255).round().to(torch.uint8).numpy()
-        return color, torch.where(out.alpha > 0.5, out.depth, 0.0).numpy().astype(np.float32)
-
-    return snap, dark, [render(T) for T in (T0, T1, T2)]
+    """The map, its dark twin, and the clean frames at T0, T1, T2 (``tests.tracking_world``)."""
+    return make_world()
 
 
 def config(solver: str):
-    """On the CPU, sequential (a relocalisation attempt runs inline), with fewer iterations and
-    relocalisation candidates than shipped (the file stays fast) and the render solver's
-    finite-difference Jacobians from its third iteration on (both of its Jacobians are fuzzed)."""
-    return load_config("default.yaml", [
-        "system.device=cpu", "system.threaded=false", "raster.backend=cpu", f"tracking.solver={solver}",
-        "tracking.iters=4", "tracking.recovery_iters=6", "tracking.analytic_iters=2",
-        "relocalise.top_k=1", "relocalise.refine_k=1", "relocalise.pnp_refine=1"])
+    return tracking_config(solver)
 
 
 def check(r, what: str) -> None:

@@ -113,8 +113,9 @@ class QualityConfig:
 
 @dataclass
 class ReinitConfig:
-    """A coarse pose before the dense refinement when the motion prior is not trustworthy: after a
-    gap in the timestamps, a failed frame, or a large predicted motion (slam/tracking/reinit.py)."""
+    """Coarse poses from features as extra starts of the dense refinement when the motion prior is
+    not trustworthy: after a gap in the timestamps (searched first), or when a large predicted
+    motion's refinement fails the quality test (slam/tracking/reinit.py)."""
 
     enabled: bool = True
     gap_factor: float = 2.0           # a frame more than this x the usual interval after the last = gap

@@ -94,7 +94,7 @@ def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) ->
         f"memory            peak GPU {_num(metrics.get('peak_gpu_mb'), '{:.0f} MB', why='CPU run')}, "
         f"peak process {_num(metrics.get('peak_rss_mb'), '{:.0f} MB', why='not measurable here')}",
         f"tracking          {metrics.get('tracking_failures')} failures, {metrics.get('tracking_recoveries')} recoveries, "
-        f"{(metrics.get('reinit') or {}).get('frames', 0)} re-initialised after gaps",
+        f"{(metrics.get('reinit') or {}).get('frames', 0)} re-initialised from features (gaps, failed fast motion)",
     ]
     if (metrics.get("final_refine_s") or 0) >= 0.1:
         lines.insert(6, f"final refinement  {metrics['final_refine_s']:.1f} s after the last frame (not in the FPS)")

@@ -2,9 +2,9 @@
 tracked against the latest map snapshot, a saved map verifies the tracked pose, and a lost
 camera is relocalised. One ``LostPolicy`` decides when the camera is lost in every mode:
 
-- every tracked frame: when the motion prior is not trusted (a gap in the timestamps, a failed
-  previous frame, a large predicted motion), coarse poses from features join the prior as
-  starting points (``slam.tracking.reinit``);
+- every tracked frame: when the motion prior is not trusted (a gap in the timestamps: before the
+  refinement; a large predicted motion: only when the refinement from the prior fails), coarse
+  poses from features join the prior as starting points (``slam.tracking.reinit``);
 - SLAM: after ``relocalise.after_failures`` consecutive tracking failures, a later failed frame
   (paced by the retry schedule) is relocalised against the keyframes mapped so far, off the
   tracking thread (``slam.tracking.background``): the tracker goes on with the next frames, and
@@ -29,7 +29,7 @@ from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.background import BackgroundAttempts
 from slam.tracking.lost import LostPolicy
-from slam.tracking.reinit import Reinitialiser
+from slam.tracking.reinit import Distrust, Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
 from slam.tracking.result import TrackResult
 from slam.tracking.tracker import Tracker
@@ -136,17 +136,23 @@ class TrackingFrontend:
         self.attempts.submit(index, timestamp, lambda: relocaliser.relocalise(obs, snap), obs.depth.device)
         return res
 
-    def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[str],
+    def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[Distrust],
                prior: Optional[np.ndarray], timestamp: float, starts: list[np.ndarray]) -> TrackResult:
         """The tracker's estimate from the motion ``prior`` (the tracker's guess; None: it makes
-        it); with coarse starting poses from features when the prior is ``untrusted``, and from
+        it); with coarse starting poses from features when the prior is ``untrusted`` (before the
+        refinement, or only when the refinement from the prior fails: ``Distrust.eager``), and from
         ``starts`` (T_wc (4, 4): a relocalised pose)."""
         if untrusted is None and not starts:
             return self.tracker.track(obs, snap, prior=prior, timestamp=timestamp)
-        ms0 = self.reinit.ms
-        coarse = starts + (self.reinit.coarse_poses(obs, self.keyframes()) if untrusted is not None else [])
-        res = self.tracker.track(obs, snap, coarse, prior=prior, timestamp=timestamp)
-        res.reinit, res.reinit_ms = untrusted, self.reinit.ms - ms0
+        ms0, attempts0 = self.reinit.ms, self.reinit.attempts
+        search = (lambda: self.reinit.coarse_poses(obs, self.keyframes())) if untrusted is not None else None
+        if untrusted is not None and untrusted.eager:
+            coarse, fallback = starts + search(), None
+        else:
+            coarse, fallback = starts or None, search
+        res = self.tracker.track(obs, snap, coarse, prior=prior, timestamp=timestamp, fallback=fallback)
+        if self.reinit.attempts > attempts0:
+            res.reinit, res.reinit_ms = untrusted.reason, self.reinit.ms - ms0
         return res
 
     @property

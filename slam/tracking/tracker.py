@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -127,11 +127,14 @@ class Tracker:
         return elapsed / interval
 
     def track(self, obs: Observation, snapshot: MapSnapshot, coarse: Optional[list[np.ndarray]] = None,
-              prior: Optional[np.ndarray] = None, timestamp: Optional[float] = None) -> TrackResult:
+              prior: Optional[np.ndarray] = None, timestamp: Optional[float] = None,
+              fallback: Optional[Callable[[], list[np.ndarray]]] = None) -> TrackResult:
         """Estimate the pose of ``obs`` (at the tracking resolution, taken at ``timestamp`` s)
         against ``snapshot``; updates the motion history. ``coarse``: given when the motion prior
         is not trusted (after a gap): extra starting poses T_wc (4, 4); every start is then refined
-        with ``recovery_iters`` and the result the quality test likes best is kept. ``prior``:
+        with ``recovery_iters`` and the result the quality test likes best is kept. ``fallback``:
+        makes extra starting poses only when the refinement from the prior fails the quality test
+        (a large predicted motion: the search costs more than the refinement). ``prior``:
         ``guess(timestamp)`` when the caller already has it."""
         self._renders = 0
         levels = Levels(obs, self.cfg.pyramid_levels)
@@ -139,8 +142,11 @@ class Tracker:
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
         result = self._optimise(levels, snapshot, prior, iters)
         result.reason = self._failure(result)
-        for start in coarse or ():
-            cand = self._optimise(levels, snapshot, start, iters)
+        starts = list(coarse or ())
+        if result.reason is not None and fallback is not None:
+            starts += fallback()
+        for start in starts:
+            cand = self._optimise(levels, snapshot, start, self.cfg.recovery_iters)
             cand.reason = self._failure(cand)
             if rank(cand) > rank(result):
                 result = cand

@@ -1,0 +1,88 @@
+"""Re-initialisation from features (``slam.tracking.reinit``) as the frontend uses it: after a gap
+in the timestamps the coarse poses are searched before the refinement; after a large predicted
+motion only when the refinement from the prior fails. On the generated world of
+``tests/tracking_world.py`` (CPU, 40x30)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slam.geometry import invert, pivot_increment, relative_motion
+from slam.mapping.keyframes import Keyframe
+from slam.tracking.frontend import TrackingFrontend
+from tracking_world import DT, K, T0, frame_obs, make_world, tracking_config
+
+# The camera turns 0.9 deg per frame about a point 2 m ahead (3 cm): 4 frames of constant motion.
+TURN = np.array([0.0, 0.015, 0.0, 0.0, 0.0, 0.0])
+POSES = [invert(pivot_increment(k * TURN, 2.0)) for k in range(5)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return make_world(POSES)
+
+
+def frontend_at(frames, cfg_extra=()):
+    """A frontend that has tracked frames 0 and 1 (the map is the world's; one keyframe at 0)."""
+    color0, depth0 = frames[0]
+    kf = Keyframe(0, 0.0, T0.copy(), color0, depth0.astype(np.float16), K.copy(), kf_id=0)
+    frontend = TrackingFrontend(tracking_config("fused", *cfg_extra), lambda: [kf])
+    return frontend
+
+
+def run(frontend, snap, frames, stamps):
+    frontend.process(frame_obs(*frames[0]), None, 0, stamps[0], gt_pose=POSES[0])
+    return [frontend.process(frame_obs(*frames[k]), snap, k, stamps[k]) for k in range(1, len(stamps))]
+
+
+def test_large_predicted_motion_searches_only_when_the_prior_fails(world):
+    """0.9 deg per frame with the threshold at 0.5 deg: every prior from frame 2 on is 'large', the
+    prior is right, so every frame tracks without a feature search."""
+    snap, _, frames = world
+    frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
+    judged = []
+    untrusted = frontend.reinit.untrusted
+    frontend.reinit.untrusted = lambda *a: judged.append(untrusted(*a)) or judged[-1]
+    results = run(frontend, snap, frames, [k * DT for k in range(5)])
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert [d is not None and not d.eager for d in judged[2:]] == [True] * 3    # frames 2-4: large
+    assert frontend.reinit.attempts == 0
+    assert all(r.reinit is None for r in results)
+    shift, turn = relative_motion(POSES[4], results[-1].T_wc)
+    assert shift < 0.05 and np.degrees(turn) < 3     # right by the suite's definition (40x30 pixels)
+
+
+def test_large_predicted_motion_that_fails_searches(world, monkeypatch):
+    """The same motion, but the prior of frame 3 is 90 degrees off (as a wrong velocity would
+    make it) and large: its refinement fails, the features are searched, the frame is tracked."""
+    snap, _, frames = world
+    frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
+    results = run(frontend, snap, frames, [k * DT for k in range(3)])
+    wrong = POSES[3].copy()
+    wrong[:3, :3] = pivot_increment(np.array([0.0, 1.57, 0.0, 0.0, 0.0, 0.0]), 0.0)[:3, :3] @ wrong[:3, :3]
+    monkeypatch.setattr(frontend.tracker, "guess", lambda timestamp=None: wrong.copy())
+    res = frontend.process(frame_obs(*frames[3]), snap, 3, 3 * DT)
+    assert frontend.reinit.attempts == 1
+    assert res.reinit is not None and res.reinit.startswith("large predicted motion")
+    assert res.ok, res.reason
+
+
+def test_a_gap_searches_before_the_refinement(world):
+    """Frame 3 arrives 10 intervals after frame 2 (dropped frames): the features are searched
+    although the prior's refinement alone would have held."""
+    snap, _, frames = world
+    frontend = frontend_at(frames)
+    stamps = [0.0, DT, 2 * DT, 12 * DT]
+    results = run(frontend, snap, frames[:4], stamps)
+    assert frontend.reinit.attempts == 1
+    assert results[-1].reinit is not None and results[-1].reinit.startswith("gap of")
+    assert all(r.ok for r in results), [r.reason for r in results]
