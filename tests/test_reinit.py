@@ -1,6 +1,6 @@
 """Re-initialisation from features (``slam.tracking.reinit``) as the frontend uses it: after a gap
 in the timestamps the coarse poses are searched before the refinement; after a large predicted
-motion only when the refinement from the prior fails. On the generated world of
+motion only when the refinement from the prior fails at camera rate, first in a slow stream. On the generated world of
 ``tests/tracking_world.py`` (CPU, 40x30)."""
 from __future__ import annotations
 
@@ -85,4 +85,16 @@ def test_a_gap_searches_before_the_refinement(world):
     results = run(frontend, snap, frames[:4], stamps)
     assert frontend.reinit.attempts == 1
     assert results[-1].reinit is not None and results[-1].reinit.startswith("gap of")
+    assert all(r.ok for r in results), [r.reason for r in results]
+
+
+def test_large_predicted_motion_in_a_slow_stream_searches_first(world):
+    """The same motion at 2 Hz (a frame every 0.5 s, above reinit.search_first_interval_s): a
+    constant velocity over half a second is a poor guess, so the search runs before the refinement
+    on every large prior (frames 2-4) although the prior would have held."""
+    snap, _, frames = world
+    frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
+    results = run(frontend, snap, frames, [k * 0.5 for k in range(5)])
+    assert frontend.reinit.attempts == 3
+    assert [r.reinit is not None and r.reinit.startswith("large predicted motion") for r in results] == [False] + [True] * 3
     assert all(r.ok for r in results), [r.reason for r in results]

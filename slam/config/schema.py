@@ -114,13 +114,17 @@ class QualityConfig:
 @dataclass
 class ReinitConfig:
     """Coarse poses from features as extra starts of the dense refinement when the motion prior is
-    not trustworthy: after a gap in the timestamps (searched first), or when a large predicted
-    motion's refinement fails the quality test (slam/tracking/reinit.py)."""
+    not trustworthy: after a gap in the timestamps (searched first), or after a large predicted
+    motion (searched first in a slow stream, else only when the refinement from the prior fails
+    the quality test) (slam/tracking/reinit.py)."""
 
     enabled: bool = True
     gap_factor: float = 2.0           # a frame more than this x the usual interval after the last = gap
     max_prior_shift: float = 0.05     # m: a motion prior predicting more than this is not trusted ...
     max_prior_turn_deg: float = 3.0   # ... nor one turning more than this
+    search_first_interval_s: float = 0.1  # s: a large predicted motion searches before the refinement
+                                      # when the usual frame interval is longer (a slow stream); at
+                                      # camera rate only when the refinement from the prior fails
     keyframes: int = 2                # newest keyframes matched (ORB + PnP) for coarse poses
 
 
@@ -209,11 +213,10 @@ class LoopConfig:
     min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
     min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
     # Acceptance (slam/loop/acceptance.py): a loop is closed only when its two keyframes are this
-    # far apart in time and in the path travelled between them (metres or degrees: either
-    # suffices; local re-observation is tracking against the map, not a loop) ...
-    min_separation_s: float = 10.0
-    min_path_m: float = 1.0
-    min_path_deg: float = 180.0
+    # far apart in time and the camera went this far away from the old keyframe's in between (a
+    # camera turning in place re-observes, it does not loop: tracking against the map) ...
+    min_separation_s: float = 2.0
+    min_excursion_m: float = 0.4
     consistent_detections: int = 2  # ... this many consecutive keyframes detect the same loop and
                                     # their measurements agree (1 = no consistency check) ...
     significance: float = 0.99      # ... and its correction is beyond this chi-square probability of

@@ -6,11 +6,15 @@ quality test likes best.
 The prior is not trusted after a gap in the timestamps (a frame later than ``gap_factor`` x the
 usual interval: dropped frames), or when it predicts a large motion (the dense refinement's basin
 of convergence is a few centimetres and degrees). After a gap the prior is a guess, so the coarse
-poses are searched before the refinement (``Distrust.eager``); a large predicted motion is usually
-predicted right (a camera turning fast keeps turning), so the coarse poses are searched only when
-the refinement from the prior fails the quality test. On TUM fr1/rpy (H200) a tenth of the frames
-predicted more than 3 degrees and paid 28 ms of ORB + PnP each, eagerly: a third of the tracking
-thread's time. A failed previous frame alone does not make the
+poses are searched before the refinement (``Distrust.eager``). A large predicted motion at camera
+rate is usually predicted right (a camera turning fast keeps turning; over 33 ms the velocity
+barely changes), so there the coarse poses are searched only when the refinement from the prior
+fails the quality test: on TUM fr1/rpy (H200) a tenth of the frames predicted more than 3 degrees
+and paid 28 ms of ORB + PnP each, eagerly, a third of the tracking thread's time. In a slower
+stream (usual interval above ``reinit.search_first_interval_s``) a constant velocity over the
+interval is a poor guess and the search is cheap against the frame period, so it runs first: on
+7-Scenes at stride 16 (0.53 s) the search only after a failure let 2 wrong refinements from the
+prior pass as ok in every run. A failed previous frame alone does not make the
 prior untrusted: the tracker predicts from the last good motion and the elapsed time, and a
 flagged frame must not make the next one expensive (consecutive failures are the lost policy's
 business: ``slam.tracking.lost``). PnP was chosen over a
@@ -78,7 +82,8 @@ class Reinitialiser:
             return Distrust(f"gap of {gap * 1e3:.0f} ms", eager=True)
         shift, turn = relative_motion(last, prior)
         if shift > self.cfg.max_prior_shift or math.degrees(turn) > self.cfg.max_prior_turn_deg:
-            return Distrust(f"large predicted motion ({shift * 100:.1f} cm, {math.degrees(turn):.1f} deg)", eager=False)
+            slow = bool(self._intervals) and statistics.median(self._intervals) > self.cfg.search_first_interval_s
+            return Distrust(f"large predicted motion ({shift * 100:.1f} cm, {math.degrees(turn):.1f} deg)", eager=slow)
         return None
 
     def coarse_poses(self, obs: Observation, keyframes: list[Keyframe]) -> list[np.ndarray]:
