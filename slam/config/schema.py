@@ -191,7 +191,10 @@ class LoopConfig:
     enabled: bool = True            # needs gtsam (optional dependency; missing = logged, off)
     queue_size: int = 8             # keyframes waiting for the loop stage; when full the mapper
                                     # skips loop detection for a keyframe (never blocks)
-    min_separation: int = 10        # candidates are at least this many keyframes older ...
+    min_separation: int = 10        # candidates are at least this many keyframes older, and a loop
+                                    # closes at least this many keyframes after the last one
+                                    # (ORB-SLAM's rule: the loops found right after a closure are
+                                    # kept as edges for the next one, not applied on their own) ...
     max_distance: float = 1.5       # ... with a camera centre within this many metres (drift bound)
     min_similarity: float = 0.5     # global descriptor (normalised thumbnail) correlation to be a candidate
     top_k: int = 3                  # best candidates verified per keyframe

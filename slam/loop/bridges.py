@@ -39,13 +39,14 @@ MAD_TO_SIGMA = 1.4826    # median absolute deviation -> standard deviation of a 
 
 class Bridges:
     """Bridges between consecutive keyframes (in the order the loop stage sees them) and the
-    tracking losses between them. ``measure(new, old, T_init)`` -> (T (4, 4) or None, reason)."""
+    tracking losses between them. ``measure(new, old, T_init)`` -> (``Measurement`` (T_ab (4, 4)
+    and its information) or None, reason)."""
 
     def __init__(self, cfg: LoopConfig, measure) -> None:
         self.cfg = cfg
         self.measure = measure
         self.losses: set[int] = set()        # keyframes reached through a tracking loss
-        self.measured: dict = {}             # (previous id, id) -> T_ab (4, 4), the bridge
+        self.measured: dict = {}             # (previous id, id) -> the bridge (Measurement)
         self.disagreement: dict = {}         # (previous id, id) -> (m, deg): bridge vs tracker
         self.not_measured = 0
 
@@ -58,16 +59,16 @@ class Bridges:
             self.not_measured += 1
             return
         T_init = invert(np.asarray(poses[prev.kf_id])) @ np.asarray(poses[kf.kf_id])
-        T_ab, reason = self.measure(kf, prev, T_init)
-        if T_ab is None:
+        bridge, reason = self.measure(kf, prev, T_init)
+        if bridge is None:
             self.not_measured += 1
             if after_loss:
                 log.info("keyframe %d after a tracking loss: not measured against keyframe %d (%s)",
                          kf.kf_id, prev.kf_id, reason)
             return
         pair = (prev.kf_id, kf.kf_id)
-        self.measured[pair] = T_ab
-        self.disagreement[pair] = motion_size(correction(T_init, T_ab))
+        self.measured[pair] = bridge
+        self.disagreement[pair] = motion_size(correction(T_init, bridge.T_ab))
         if after_loss:
             log.info("keyframe %d after a tracking loss: measured against keyframe %d (%.1f cm, %.2f deg "
                      "from its tracked pose)", kf.kf_id, prev.kf_id, self.disagreement[pair][0] * 100,
@@ -85,9 +86,9 @@ class Bridges:
         return tuple(np.maximum(floor, spread))
 
     def untrusted(self, ids: list[int]) -> dict:
-        """For consecutive ``ids`` (sorted keyframe ids in the graph): (a, b) -> the bridge T_ab
-        (4, 4) where the tracker's relative pose may not be the edge, or None where tracking was
-        lost and no bridge exists."""
+        """For consecutive ``ids`` (sorted keyframe ids in the graph): (a, b) -> the bridge
+        (``Measurement``) where the tracker's relative pose may not be the edge, or None where
+        tracking was lost and no bridge exists."""
         gate = self.gate()
         out = {}
         for a, b in zip(ids[:-1], ids[1:]):
@@ -96,6 +97,14 @@ class Bridges:
             elif (a, b) in self.measured and self._snap((a, b), gate):
                 out[(a, b)] = self.measured[(a, b)]
         return out
+
+    def snaps(self, untrusted: dict) -> frozenset:
+        """The pairs of ``untrusted`` (``untrusted``'s output) that are snaps: a bridge and no loss.
+        The pose graph weighs the bridge against the tracker there (``optimise_pose_graph``'s
+        ``contested``): on TUM fr1/rpy (360 frames, CPU) the bridge, not the tracker, was 5-6 cm
+        off the ground truth at three of its four snaps; on the generated loop the tracker was."""
+        return frozenset(p for p, m in untrusted.items()
+                         if m is not None and not any(p[0] < k <= p[1] for k in self.losses))
 
     def _snap(self, pair: tuple, gate: tuple) -> bool:
         shift, turn = self.disagreement[pair]

@@ -1,12 +1,14 @@
-"""The loop stage: for each mapped keyframe, find earlier keyframes that see the same place, verify
-the best candidates geometrically, and when a verified loop disagrees with the current keyframe
-poses, optimise the pose graph and hand the corrections to the mapper (the one writer of the map
-and of the keyframe poses). Every keyframe is also measured against the one before it from their
-depths (``slam.loop.bridges``); a verified loop whose span holds a tracking loss or a snap always
-has its graph optimised, since the loop edge alone can agree with poses a relocalisation or the
-snap set while the keyframes before it still carry the drift. Runs on its own thread in threaded
-mode; reads only what it is given (the keyframe, the snapshot published after it) and its own
-database.
+"""The loop stage: for each mapped keyframe, find earlier keyframes that see the same place and
+are far enough away in time and path (``slam.loop.acceptance``), verify the best candidates
+geometrically (``slam.loop.verify``), and when consecutive keyframes' loops agree with each other
+and together ask for a correction beyond their own noise, optimise the pose graph (robust to a
+wrong loop edge: ``slam.loop.pose_graph``), check the corrected keyframes against their own depths
+(``slam.loop.guard``) and hand the corrections to the mapper (the one writer of the map and of the
+keyframe poses). Every keyframe is also measured against the one before it from their depths
+(``slam.loop.bridges``); a loop whose span holds a tracking loss or a snap always has its graph
+optimised, since the loop edge alone can agree with poses a relocalisation or the snap set while
+the keyframes before it still carry the drift. Runs on its own thread in threaded mode; reads
+only what it is given (the keyframe, the snapshot published after it) and its own database.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import LoopConfig, QualityConfig, TrackingConfig
+from slam.loop import guard
+from slam.loop.acceptance import Consistency, Path, significant
 from slam.loop.bridges import Bridges
 from slam.loop.descriptor import global_descriptor, similarity
 from slam.loop.messages import LoopCorrection, LoopEvent
@@ -28,6 +32,10 @@ from slam.mapping.pose_refine import correction, motion_size
 from slam.tracking.features import OrbFeatures, orb_features
 
 log = logging.getLogger("slam.loop")
+
+# A loop edge the robust back end weighs below this at the solution is one it rejected (GNC's
+# weights are 0 or 1 at convergence; the M-estimators' fall smoothly with the error).
+MIN_EDGE_WEIGHT = 0.5
 
 
 @dataclass
@@ -42,13 +50,20 @@ class LoopCloser:
     mapper's ``submit_correction``). ``events`` lists every verified candidate's outcome."""
 
     def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig,
-                 submit: Callable[[LoopCorrection], None], backend: str = "auto") -> None:
+                 submit: Callable[[LoopCorrection], None], backend: str = "auto",
+                 verifier: Optional[LoopVerifier] = None) -> None:
         self.cfg = cfg
         self.submit = submit
-        self.verifier = LoopVerifier(cfg, tracking, quality, backend)
+        self.verifier = verifier if verifier is not None else LoopVerifier(cfg, tracking, quality, backend)
+        self.quad = quality.depth_noise_quad
         self.database: dict[int, _Entry] = {}
         self.loops: list[LoopEdge] = []
         self.events: list[LoopEvent] = []
+        self.consistency = Consistency(cfg)
+        self.separated = 0        # look-alike candidates too close in time or path (not verified)
+        self.closed = 0           # corrections submitted
+        self._last_closed: Optional[int] = None   # the newest keyframe of the last closed loop
+        self.guard_log: list[dict] = []
         self.gauge: Optional[int] = None
         self.bridges = Bridges(cfg, self.verifier.measure)
         self.keyframes = 0
@@ -84,11 +99,18 @@ class LoopCloser:
             self.ms += (time.perf_counter() - t0) * 1e3
             return None
         self._awaiting = None
+        found = None
         for cand, sim in self._candidates(entry, snap.keyframe_poses):
-            event, corr = self._try(entry, cand, sim, snap)
+            event, edge = self._verify(entry, cand, sim, snap)
             self.events.append(event)
-            if event.outcome != "rejected":
+            if edge is not None:
+                found = (edge, event)
                 break
+        group, why = self.consistency.add(found, snap.keyframe_poses)
+        if found is not None and group is None:
+            found[1].outcome, found[1].reason = "pending", why
+        if group is not None:
+            corr = self._close(group, snap)
         self.ms += (time.perf_counter() - t0) * 1e3
         return corr
 
@@ -100,8 +122,9 @@ class LoopCloser:
 
     def _candidates(self, entry: _Entry, poses: dict) -> list[tuple[_Entry, float]]:
         """Older keyframes (by ``min_separation`` ids) whose camera is within ``max_distance``
-        of this one's (covisibility under bounded drift) and whose descriptor correlates at least
-        ``min_similarity``; the ``top_k`` best."""
+        of this one's (covisibility under bounded drift), whose descriptor correlates at least
+        ``min_similarity`` and which are far enough away in time and path (``Separation``; the
+        others are counted, not verified); the ``top_k`` best."""
         cfg, kf = self.cfg, entry.kf
         T = poses.get(kf.kf_id, kf.T_wc)
         out = []
@@ -114,9 +137,18 @@ class LoopCloser:
             if s >= cfg.min_similarity:
                 out.append((e, s))
         out.sort(key=lambda c: -c[1])
-        return out[: cfg.top_k]
+        stamps = {k: e.kf.timestamp for k, e in self.database.items()}
+        path = Path({**{k: poses[k] for k in poses if k in stamps}, kf.kf_id: T}, stamps) if out else None
+        kept = []
+        for e, s in out:
+            if path.between(e.kf.kf_id, kf.kf_id).reason(cfg) is not None:
+                self.separated += 1
+            elif len(kept) < cfg.top_k:
+                kept.append((e, s))
+        return kept
 
-    def _try(self, new: _Entry, old: _Entry, sim: float, snap) -> tuple[LoopEvent, Optional[LoopCorrection]]:
+    def _verify(self, new: _Entry, old: _Entry, sim: float, snap) -> tuple[LoopEvent, Optional[LoopEdge]]:
+        """Verify one candidate: its event, and the loop edge when every test passed."""
         t0 = time.perf_counter()
         poses = snap.keyframe_poses
         a, b = old.kf.kf_id, new.kf.kf_id
@@ -124,60 +156,113 @@ class LoopCloser:
         v = self.verifier.verify(new.kf, new.features, old.kf, old.features, poses[a], snap, max_anchor)
         event = LoopEvent(b, a, sim, "rejected", v.reason or "", v.pnp_inliers, v.overlap, v.depth_inliers,
                           v.render_agreement)
+        event.ms = (time.perf_counter() - t0) * 1e3
         if v.reason is not None:
-            event.ms = (time.perf_counter() - t0) * 1e3
             log.info("loop candidate %d -> %d rejected: %s", b, a, v.reason)
             return event, None
-        edge = LoopEdge(a, b, v.T_ab)
         event.shift_m, event.turn_deg = motion_size(correction(poses[b], poses[a] @ v.T_ab))
-        self.loops.append(edge)
+        return event, LoopEdge(a, b, v.T_ab, v.information)
+
+    def _close(self, group: list, snap) -> Optional[LoopCorrection]:
+        """A complete group of consistent detections ((edge, event), oldest first): record it as
+        consistent, or optimise the graph, guard the correction and submit it."""
+        t0 = time.perf_counter()
+        poses = snap.keyframe_poses
+        edges = [e for e, _ in group]
+        event = group[-1][1]
+        a, b = edges[-1].a, edges[-1].b
+        if self._last_closed is not None and b - self._last_closed < self.cfg.min_separation:
+            self.loops.extend(edges)
+            return self._outcome(group, t0, "deferred", f"verified; within loop.min_separation keyframes of the "
+                                 f"last closure (at {self._last_closed}): an edge for the next one, not applied")
         graph_poses = {k: np.asarray(T) for k, T in poses.items() if k <= b}
         untrusted = self.bridges.untrusted(sorted(graph_poses))
-        spans_break = any(a <= p < b for p, _ in untrusted)
-        if not spans_break and self._small(event.shift_m, event.turn_deg):
-            return self._consistent(event, t0, "verified; the poses already agree")
+        spans_break = any(min(e.a for e in edges) <= p < b for p, _ in untrusted)
+        sig, stat, bound = significant(edges, graph_poses, self.cfg)
+        event.chi2, event.chi2_bound = stat, bound
+        if not spans_break and (not sig or self._small(event.shift_m, event.turn_deg)):
+            self.loops.extend(edges)
+            return self._outcome(group, t0, "consistent", f"verified; the poses already agree (chi2 {stat:.1f} "
+                                 f"<= {bound:.1f} or under min_correction)")
         information = {k: e.kf.information for k, e in self.database.items()
                        if k in graph_poses and e.kf.information is not None}
-        sol = optimise_pose_graph(graph_poses, self.loops, self.cfg, self.gauge, untrusted, information)
+        sol = optimise_pose_graph(graph_poses, self.loops + edges, self.cfg, self.gauge, untrusted, information,
+                                  self.bridges.snaps(untrusted))
+        event.graph = sol.as_dict()
+        weights = [sol.weights.get((e.a, e.b), 1.0) for e in edges] if sol.weights else []
+        if weights and max(weights) < MIN_EDGE_WEIGHT:
+            return self._outcome(group, t0, "rejected", f"graph: the robust back end rejects the loop (weights "
+                                 f"{', '.join(f'{w:.2f}' for w in weights)})")
         corrections = {k: correction(graph_poses[k], sol.poses[k]) for k in graph_poses}
         if spans_break and all(self._small(*motion_size(C)) for C in corrections.values()):
-            return self._consistent(event, t0, "verified; the graph (a loss or snap in the loop) moves no keyframe")
+            self.loops.extend(edges)
+            return self._outcome(group, t0, "consistent", "verified; the graph (a loss or snap in the loop) moves no keyframe")
+        if self.cfg.guard:
+            keyframes = {k: e.kf for k, e in self.database.items()}
+            keep, before, after = guard.check(keyframes, graph_poses, sol.poses, edges, self.cfg.depth_tol, self.quad)
+            event.guard = [before.share, after.share, before.pairs]
+            self.guard_log.append({"keyframe": b, "candidate": a, "before": before.share, "after": after.share,
+                                   "pairs": before.pairs, "kept": keep})
+            if not keep:
+                return self._outcome(group, t0, "rejected", f"guard: depth agreement {before.share:.4f} -> "
+                                     f"{after.share:.4f} over {before.pairs} keyframe pairs")
+        self.loops.extend(edges)
         corr = LoopCorrection(corrections, corrections[b], (a, b))
         self.submit(corr)
+        self.closed += 1
+        self._last_closed = b
         self._awaiting = (a, b)
-        event.outcome, event.reason, event.graph = "accepted", "verified and closed", sol.as_dict()
-        event.ms = (time.perf_counter() - t0) * 1e3
         log.info("loop closed: keyframe %d -> %d (%.1f cm, %.2f deg off; graph error %.3g -> %.3g)",
                  b, a, event.shift_m * 100, event.turn_deg, sol.error_before, sol.error_after)
-        return event, corr
+        self._outcome(group, t0, "accepted", "verified and closed")
+        return corr
+
+    def _outcome(self, group: list, t0: float, outcome: str, reason: str) -> None:
+        """Every event of the group gets the group's outcome (the newest also the time it took)."""
+        for _, event in group:
+            event.outcome, event.reason = outcome, reason
+        group[-1][1].ms += (time.perf_counter() - t0) * 1e3
+        if outcome == "rejected":
+            log.info("loop %d -> %d rejected: %s", group[-1][0].b, group[-1][0].a, reason)
+        return None
 
     def _small(self, shift_m: float, turn_deg: float) -> bool:
         return shift_m < self.cfg.min_correction and turn_deg < self.cfg.min_correction_deg
 
-    @staticmethod
-    def _consistent(event: LoopEvent, t0: float, why: str) -> tuple[LoopEvent, None]:
-        event.outcome, event.reason = "consistent", why
-        event.ms = (time.perf_counter() - t0) * 1e3
-        return event, None
-
     # ------------------------------------------------------------------ report
     def summary(self) -> dict:
-        """For metrics.json: candidates verified, accepted, consistent, rejected by reason."""
+        """For metrics.json: look-alike candidates, verified, accepted (loops closed), consistent
+        (closed groups already in place), deferred (verified groups right after a closure: kept as
+        edges, not applied), rejected by reason (separation, the verification tests,
+        consistency: verified loops no consecutive detection confirmed, graph, guard)."""
         reasons: dict = {}
+        if self.separated:
+            reasons["separation"] = self.separated
         for e in self.events:
-            if e.outcome == "rejected":
-                kind = e.reason.split(":")[0]
+            if e.outcome in ("rejected", "pending"):
+                kind = "consistency" if e.outcome == "pending" else e.reason.split(":")[0]
                 reasons[kind] = reasons.get(kind, 0) + 1
         return {
             "keyframes_checked": self.keyframes,
             "keyframes_skipped_busy": self.skipped,
-            "candidates": len(self.events),
+            "candidates": len(self.events) + self.separated,
+            "verified": len(self.events),
             "accepted": sum(e.outcome == "accepted" for e in self.events),
+            "loops_closed": self.closed,
             "consistent": sum(e.outcome == "consistent" for e in self.events),
-            "rejected": sum(e.outcome == "rejected" for e in self.events),
+            "deferred": sum(e.outcome == "deferred" for e in self.events),
+            "rejected": sum(reasons.values()),
             "rejected_by": reasons,
+            "guard_rejections": reasons.get("guard", 0),
+            "guard": self.guard_log[:100],
+            "backend": self.cfg.backend,
+            "loop_edges": len(self.loops),
             "bridges": self.bridges.summary(),
             "ms_total": self.ms,
             "ms_per_keyframe": self.ms / max(self.keyframes, 1),
-            "events": [dict(vars(e)) for e in self.events[:200]],
+            "events": [_event_dict(e) for e in self.events[:200]],
         }
+
+
+def _event_dict(e: LoopEvent) -> dict:
+    return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in vars(e).items()}

@@ -22,8 +22,12 @@ class LoopCorrection:
 @dataclass
 class LoopEvent:
     """One verified-or-rejected candidate: keyframe ids, the similarity that made it a candidate,
-    the outcome ('accepted', 'consistent' = verified but already in place, or 'rejected'), why,
-    and the verification's evidence."""
+    the outcome ('accepted', 'consistent' = verified but already in place, 'pending' = verified,
+    no consecutive detection confirmed it (yet), 'deferred' = a complete group within
+    ``loop.min_separation`` keyframes of the last closure: kept as an edge, not applied, or
+    'rejected'), why, the verification's evidence,
+    the correction it asks for (shift_m, turn_deg; chi2: its group's squared whitened error at the
+    current poses against chi2_bound) and the guard's depth agreement [before, after, pairs]."""
 
     keyframe: int
     candidate: int
@@ -38,3 +42,6 @@ class LoopEvent:
     turn_deg: float = 0.0
     graph: Optional[dict] = field(default=None)   # residuals before/after when optimised
     ms: float = 0.0
+    chi2: Optional[float] = None
+    chi2_bound: Optional[float] = None
+    guard: Optional[list] = None

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
 from slam.config import LoopConfig, QualityConfig, TrackingConfig
 from slam.geometry import orthonormalize, pivot_increment
+from slam.loop.information import measurement_information
+from slam.loop.pose_graph import config_sigmas
 from slam.mapping.keyframes import Keyframe, KeyframeView
 from slam.tracking.features import OrbFeatures, pnp_pose
 from slam.tracking.tracker import Tracker
@@ -46,13 +48,18 @@ ICP_MAX_PAIR = 3.0
 # fourteenth session). A numerical rank test, not a tuning value.
 ICP_DEGENERATE = 1e-3
 RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
+# The depth noise's standard deviation per unit of quality.depth_noise_quad z^2: that tolerance is
+# ~3.5 sigma of structured-light noise (slam/config/schema.py, QualityConfig). A measurement's
+# residual variance is taken as at least this noise's (exact synthetic depth has none).
+DEPTH_SIGMA_PER_QUAD = 1.0 / 3.5
 
 
 @dataclass
 class Verification:
     """T_ab: (4, 4) pose of the new keyframe (b) in the old keyframe's camera (a) (after all
     tests: the loop's measurement, ICP's or on a flat view the RGB-D odometry's), None if PnP
-    failed; reason: None when every test passed, else the first failed test and its figures."""
+    failed; reason: None when every test passed, else the first failed test and its figures;
+    information: (6, 6) the measurement's own (``slam.loop.information``), None when not known."""
 
     T_ab: Optional[np.ndarray]
     reason: Optional[str]
@@ -60,6 +67,16 @@ class Verification:
     overlap: float = 0.0
     depth_inliers: float = 0.0
     render_agreement: float = 0.0
+    information: Optional[np.ndarray] = None
+
+
+class Measurement(NamedTuple):
+    """A relative pose measured from two keyframes: T_ab (4, 4), new (b) in old (a)'s camera;
+    information (6, 6, gtsam order, body frame of T_ab) or None; method 'icp' or 'rgbd'."""
+
+    T_ab: np.ndarray
+    information: Optional[np.ndarray]
+    method: str
 
 
 def point_map(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
@@ -86,20 +103,36 @@ def _tolerance(z: np.ndarray, tol: float, quad: float) -> np.ndarray:
     return tol + quad * z * z
 
 
+class IcpResult(NamedTuple):
+    """T: (4, 4) source camera -> destination camera; overlap: share of the source points landing
+    on valid destination depth; inliers: share of those within ``tol + quad z^2`` of the
+    destination surface; conditioning: smallest / largest eigenvalue of the last normal equations
+    with the rotation columns scaled by the median depth (below ICP_DEGENERATE the geometry does
+    not fix the pose; 0 when no step was taken); H: those normal equations (6, 6; rows rotation,
+    translation; a step on the left of T, unit weights) or None; residual_var: mean squared
+    point-to-plane residual of the pairs used (m^2), with 6 degrees of freedom taken off;
+    z_median: their median depth (m)."""
+
+    T: np.ndarray
+    overlap: float
+    inliers: float
+    conditioning: float
+    H: Optional[np.ndarray] = None
+    residual_var: float = 0.0
+    z_median: float = 0.0
+
+
 def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.ndarray, iters: int,
-        tol: float, quad: float) -> tuple[np.ndarray, float, float, float]:
+        tol: float, quad: float) -> IcpResult:
     """Projective point-to-plane ICP. src: (N, 3) points in the source camera (metres); dst_depth
     (H, W) metres with intrinsics dst_K; T_init (4, 4) source camera -> destination camera.
-    Returns (T (4, 4), overlap: share of src landing on valid dst depth, inliers: share of those
-    within ``tol + quad z^2`` of the destination surface, conditioning: smallest / largest
-    eigenvalue of the last normal equations with the rotation columns scaled by the median depth;
-    below ICP_DEGENERATE the geometry does not fix the pose, 0 when no step was taken)."""
+    ``iters`` steps, then the normal equations and residuals at the final pose (``IcpResult``)."""
     dst_pts = point_map(dst_depth, dst_K)
     dst_n = normal_map(dst_pts)
     h, w = dst_depth.shape
     T = np.array(T_init, dtype=np.float64)
     overlap, inliers = 0.0, 0.0
-    H, depths = None, None       # the last normal equations and their points' depths (conditioning)
+    H, depths, var = None, None, 0.0   # the last normal equations, their points' depths, residual variance
     for it in range(iters + 1):
         p = src @ T[:3, :3].T + T[:3, 3]
         z = p[:, 2]
@@ -114,7 +147,7 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
         pv, qv, nv = p[inside][valid], q[valid], n[valid]
         overlap = float(valid.sum()) / max(len(src), 1)
         if len(pv) < 6:
-            return T, overlap, 0.0, 0.0
+            return IcpResult(T, overlap, 0.0, 0.0)
         r = np.einsum("ij,ij->i", nv, pv - qv)
         t = _tolerance(qv[:, 2], tol, quad)
         inliers = float((np.abs(r) < t).mean())
@@ -123,11 +156,13 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
             break
         J = np.concatenate([np.cross(pv[use], nv[use]), nv[use]], axis=1)      # d r / d (omega, v)
         H, depths = J.T @ J, pv[use, 2]
+        var = float(r[use] @ r[use]) / max(int(use.sum()) - 6, 1)
         if it == iters:
             break
         step = -np.linalg.solve(H + 1e-9 * np.eye(6), J.T @ r[use])
         T = orthonormalize(pivot_increment(step, 0.0) @ T)
-    return T, overlap, inliers, _conditioning(H, depths)
+    z_median = float(np.median(depths)) if depths is not None else 0.0
+    return IcpResult(T, overlap, inliers, _conditioning(H, depths), H, var, z_median)
 
 
 def _conditioning(H: Optional[np.ndarray], depths: Optional[np.ndarray]) -> float:
@@ -198,41 +233,51 @@ class LoopVerifier:
         if pnp is None:
             return Verification(None, f"features: fewer than {cfg.min_pnp_inliers} PnP inliers")
         T_ab, n_inl = pnp
-        T_ab, overlap, inl, conditioning = self._icp(new, old, T_ab)
-        res = Verification(T_ab, self._depth_reason(overlap, inl), n_inl, overlap, inl)
+        fit = self._icp(new, old, T_ab)
+        res = Verification(fit.T, self._depth_reason(fit.overlap, fit.inliers), n_inl, fit.overlap, fit.inliers)
         if res.reason is not None:
             return res
-        old_map = snap.up_to(max_anchor)
-        tracker = Tracker(self.tracking_cfg, self.quality_cfg, self.backend)
-        tracker.initialise(T_w_old @ T_ab)
-        aligned = tracker.track(KeyframeView.upload(new, old_map.device).observation(), old_map)
-        if not aligned.ok:
-            res.reason = f"map: dense alignment with the old map fails the quality test ({aligned.reason})"
+        res.reason, res.render_agreement = self.map_test(new, old, T_w_old @ fit.T, snap, max_anchor)
+        if res.reason is not None:
             return res
-        res.render_agreement = self.render_agreement(new, aligned.T_wc, old_map, None)
-        if res.render_agreement < cfg.min_render_agreement:
-            res.reason = f"map: rendered depth agrees on {res.render_agreement:.2f} < {cfg.min_render_agreement}"
-            return res
-        measured, res.reason = self._on_flat_view(new, old, T_ab, conditioning)
-        res.T_ab = measured if measured is not None else T_ab
+        measured, res.reason = self._measurement(new, old, fit)
+        if measured is not None:
+            res.T_ab, res.information = measured.T_ab, measured.information
         return res
 
-    def measure(self, new: Keyframe, old: Keyframe, T_init: np.ndarray) -> tuple[Optional[np.ndarray], Optional[str]]:
-        """The relative pose (4, 4) of ``new``'s camera in ``old``'s from their depths alone (ICP
-        from ``T_init`` (4, 4), RGB-D odometry on a flat view), or (None, why) when the views do
-        not overlap and agree as a loop's must (``loop.min_overlap``, ``loop.min_inliers``)."""
-        T, overlap, inl, conditioning = self._icp(new, old, T_init)
-        reason = self._depth_reason(overlap, inl)
+    def map_test(self, new: Keyframe, old: Keyframe, T_wc: np.ndarray, snap, max_anchor: int) -> tuple[Optional[str], float]:
+        """The tracker aligns ``new`` with the map of the old visit (``snap.up_to(max_anchor)``)
+        from ``T_wc`` (4, 4); (why it fails or None, the rendered depth's agreement)."""
+        cfg = self.cfg
+        old_map = snap.up_to(max_anchor)
+        tracker = Tracker(self.tracking_cfg, self.quality_cfg, self.backend)
+        tracker.initialise(T_wc)
+        aligned = tracker.track(KeyframeView.upload(new, old_map.device).observation(), old_map)
+        if not aligned.ok:
+            return f"map: dense alignment with the old map fails the quality test ({aligned.reason})", 0.0
+        agreement = self.render_agreement(new, aligned.T_wc, old_map, None)
+        if agreement < cfg.min_render_agreement:
+            return f"map: rendered depth agrees on {agreement:.2f} < {cfg.min_render_agreement}", agreement
+        return None, agreement
+
+    def measure(self, new: Keyframe, old: Keyframe, T_init: np.ndarray) -> tuple[Optional[Measurement], Optional[str]]:
+        """The relative pose of ``new``'s camera in ``old``'s from the two keyframes alone (ICP
+        from ``T_init`` (4, 4), RGB-D odometry on a flat view) with its information, or (None,
+        why) when the views do not overlap and agree as a loop's must (``loop.min_overlap``,
+        ``loop.min_inliers``)."""
+        fit = self._icp(new, old, T_init)
+        reason = self._depth_reason(fit.overlap, fit.inliers)
         if reason is not None:
             return None, reason
-        return self._on_flat_view(new, old, T, conditioning)
+        return self._measurement(new, old, fit)
 
     # ------------------------------------------------------------------ the measurement's steps
-    def _icp(self, new: Keyframe, old: Keyframe, T_init: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+    def _icp(self, new: Keyframe, old: Keyframe, T_init: np.ndarray, iters: Optional[int] = None) -> IcpResult:
         depth = new.depth.astype(np.float32)
         pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
         pts = pts[pts[:, 2] > 0]
-        return icp(pts, old.depth.astype(np.float32), old.K, T_init, self.cfg.icp_iters, self.cfg.depth_tol, self.quad)
+        iters = self.cfg.icp_iters if iters is None else iters
+        return icp(pts, old.depth.astype(np.float32), old.K, T_init, iters, self.cfg.depth_tol, self.quad)
 
     def _depth_reason(self, overlap: float, inliers: float) -> Optional[str]:
         if overlap < self.cfg.min_overlap:
@@ -241,16 +286,28 @@ class LoopVerifier:
             return f"depth: {inliers:.2f} of the overlap agrees after ICP < {self.cfg.min_inliers}"
         return None
 
-    @staticmethod
-    def _on_flat_view(new: Keyframe, old: Keyframe, T_icp: np.ndarray,
-                      conditioning: float) -> tuple[Optional[np.ndarray], Optional[str]]:
-        """ICP's pose where the geometry fixes it, else the RGB-D odometry's from it."""
-        if conditioning >= ICP_DEGENERATE:
-            return T_icp, None
-        measured = rgbd_odometry(new, old, T_icp)
-        if measured is None:
+    def _measurement(self, new: Keyframe, old: Keyframe, fit: IcpResult) -> tuple[Optional[Measurement], Optional[str]]:
+        """ICP's pose where the geometry fixes it, else the RGB-D odometry's from ICP's pose;
+        the information at the pose (``_information``)."""
+        if fit.conditioning >= ICP_DEGENERATE:
+            return Measurement(fit.T, self._information(fit), "icp"), None
+        T = rgbd_odometry(new, old, fit.T)
+        if T is None:
             return None, "measurement: flat view and RGB-D odometry between the two keyframes did not converge"
-        return measured, None
+        return Measurement(T, self._information(self._icp(new, old, T, iters=0)), "rgbd"), None
+
+    def _information(self, fit: IcpResult) -> Optional[np.ndarray]:
+        """The information of a measurement at ``fit.T``: ICP's normal equations there over its
+        residual variance (at least the sensor's depth noise at the points' median depth), raised
+        to the configured loop sigmas' in the directions the depth does not fix (on a flat view
+        the RGB-D odometry's colour term measures those; open3d's own information counts every
+        pixel's point-to-point pair as independent, hundreds of times what its error is on the
+        generated loop)."""
+        if fit.H is None:
+            return None
+        floor = (self.quad * DEPTH_SIGMA_PER_QUAD * fit.z_median ** 2) ** 2
+        return measurement_information(fit.H, max(fit.residual_var, floor), fit.T,
+                                       config_sigmas(self.cfg.loop_sigma_trans, self.cfg.loop_sigma_rot_deg))
 
     @torch.no_grad()
     def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: Optional[int]) -> float:
