@@ -32,7 +32,10 @@ class MapSnapshot:
     on the mapper's stream after the tensors were written (None on the CPU); keyframe_poses:
     keyframe id -> (4, 4) float64 T_wc, the keyframe poses this map version was optimised with
     (refined, loop-corrected; the tracker re-bases on its reference keyframe's); loop_edges:
-    accepted loop closures as (keyframe id, keyframe id) pairs (the viewer draws them).
+    accepted loop closures as (keyframe id, keyframe id) pairs (the viewer draws them), in the
+    order applied; loop_later: for each of them, the world-frame correction C (4, 4) that moves
+    keyframes newer than its pose graph (T <- C @ T: the mapper moves such a keyframe when it
+    arrives, the tracker its pose history while its reference keyframe is not mapped yet).
     """
 
     means: torch.Tensor
@@ -44,6 +47,7 @@ class MapSnapshot:
     keyframe_poses: dict = field(default_factory=dict, repr=False, compare=False)
     loop_edges: tuple = ()
     anchors: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)   # (N,) int32
+    loop_later: tuple = field(default=(), repr=False, compare=False)
     # CUDA streams already synchronised with ``ready`` (see ``wait``); internal bookkeeping.
     _synced: set = field(default_factory=set, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -110,4 +114,4 @@ class MapSnapshot:
             return self
         keep = self.anchors <= max_anchor
         return MapSnapshot(self.means[keep], self.radii[keep], self.colors[keep], self.opacities[keep], self.version,
-                           None, self.keyframe_poses, self.loop_edges, self.anchors[keep])
+                           None, self.keyframe_poses, self.loop_edges, self.anchors[keep], self.loop_later)

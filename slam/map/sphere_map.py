@@ -203,10 +203,12 @@ class SphereMap:
         return int(rows.numel())
 
     # ------------------------------------------------------------------ publishing
-    def publish(self, keyframe_poses: Optional[dict] = None, loop_edges: tuple = ()) -> MapSnapshot:
+    def publish(self, keyframe_poses: Optional[dict] = None, loop_edges: tuple = (),
+                loop_later: tuple = ()) -> MapSnapshot:
         """Make the current parameters the version the tracker renders (atomic swap), with the
         keyframe poses they were optimised with (id -> (4, 4) float64 T_wc; the caller hands over
-        a dict it will not change) and the accepted loop edges ((id_a, id_b) pairs)."""
+        a dict it will not change), the accepted loop edges ((id_a, id_b) pairs) and each one's
+        correction of later keyframes ((4, 4); ``MapSnapshot.loop_later``)."""
         with torch.no_grad():
             means, radii, colors, opacities = (t.contiguous().clone() for t in self.activated())
             anchors = self.anchors[: self.n].clone()
@@ -217,7 +219,8 @@ class SphereMap:
         with self._publish_lock:
             self._version += 1
             snap = MapSnapshot(means, radii, colors, opacities, self._version, ready,
-                               keyframe_poses if keyframe_poses is not None else {}, tuple(loop_edges), anchors)
+                               keyframe_poses if keyframe_poses is not None else {}, tuple(loop_edges), anchors,
+                               tuple(loop_later))
             self._published = snap
         return snap
 

@@ -113,7 +113,7 @@ class Mapper:
                              "ms": (time.perf_counter() - t0) * 1e3})
 
     def _publish(self) -> None:
-        self.smap.publish(dict(self.keyframe_poses), tuple(self.loop_edges))
+        self.smap.publish(dict(self.keyframe_poses), tuple(self.loop_edges), tuple(self._later))
 
     # ------------------------------------------------------------------ keyframes
     def add_keyframe(self, kf: Keyframe) -> MappingReport:

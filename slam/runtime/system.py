@@ -145,7 +145,7 @@ class SlamSystem:
         kf_id = -1
         if is_kf:
             kf_id, self._next_kf_id = self._next_kf_id, self._next_kf_id + 1
-            self.frontend.set_reference(kf_id, res.T_wc)
+            self.frontend.set_reference(kf_id, res.T_wc, len(snap.loop_later) if snap is not None else 0)
         ref_id, T_kc = self.frontend.relative_to_reference(res.T_wc)
         ms, host_ms = (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3
         rec = FrameRecord(frame.index, frame.timestamp, res.T_wc, frame.gt_pose, res.ok, res.recovered, res.loss,

@@ -55,33 +55,42 @@ class TrackingFrontend:
         self.relocalisations: list[RelocResult] = []
         self.attempts = BackgroundAttempts(cfg.system.threaded)
         # The keyframe the tracker's poses are expressed against: (id, its pose as the tracker
-        # knows it). None before the first keyframe.
-        self.reference: Optional[tuple[int, np.ndarray]] = None
+        # knows it, the loop corrections the map had applied then). None before the first keyframe.
+        self.reference: Optional[tuple[int, np.ndarray, int]] = None
         self.rebases = 0
 
-    def set_reference(self, kf_id: int, T_wc: np.ndarray) -> None:
-        """Frame poses from now on are relative to keyframe ``kf_id`` made at ``T_wc``."""
-        self.reference = (kf_id, T_wc.copy())
+    def set_reference(self, kf_id: int, T_wc: np.ndarray, loops_seen: int = 0) -> None:
+        """Frame poses from now on are relative to keyframe ``kf_id`` made at ``T_wc``, tracked
+        against a map that had applied ``loops_seen`` loop corrections (``len(snap.loop_edges)``)."""
+        self.reference = (kf_id, T_wc.copy(), loops_seen)
 
     def follow_map(self, snap: Optional[MapSnapshot]) -> None:
         """When ``snap`` carries a new estimate of the reference keyframe's pose (the mapper
         refined it, or a loop closure moved it), move the tracker's pose history with it, so the
-        next frame starts from where the map now puts the camera."""
+        next frame starts from where the map now puts the camera. A reference keyframe the mapper
+        has not mapped yet (the tracker runs ahead of the map) is moved by the loop corrections
+        applied since it was made, as the mapper will move it (``MapSnapshot.loop_later``):
+        otherwise the tracker would keep predicting in the uncorrected frame and its poses would
+        jump onto the corrected map."""
         if self.reference is None or snap is None:
             return
-        kf_id, T_known = self.reference
+        kf_id, T_known, seen = self.reference
         T_map = snap.keyframe_poses.get(kf_id)
-        if T_map is None or np.array_equal(T_map, T_known):
+        if T_map is None:
+            T_map = T_known
+            for C in snap.loop_later[seen:]:
+                T_map = orthonormalize(np.asarray(C) @ T_map)
+        self.reference = (kf_id, np.array(T_map, copy=True), len(snap.loop_later))
+        if np.allclose(T_map, T_known, rtol=0.0, atol=1e-9):
             return
         self.tracker.rebase(orthonormalize(T_map @ invert(T_known)))
-        self.reference = (kf_id, np.array(T_map, copy=True))
         self.rebases += 1
 
     def relative_to_reference(self, T_wc: np.ndarray) -> tuple[int, Optional[np.ndarray]]:
         """(reference keyframe id or -1, T_kc (4, 4): ``T_wc`` relative to it, or None)."""
         if self.reference is None:
             return -1, None
-        kf_id, T_k = self.reference
+        kf_id, T_k, _ = self.reference
         return kf_id, invert(T_k) @ T_wc
 
     def use_saved_map(self, keyframes: list[Keyframe]) -> None:
