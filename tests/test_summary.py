@@ -46,6 +46,17 @@ def test_the_loop_line_lists_rejections_only_when_there_are_some(no_gt_metrics, 
     assert line.endswith("2 rejected (depth: 1, render: 1)")
 
 
+def test_the_loop_line_tells_candidates_verified_loops_closed_and_deferred_apart(no_gt_metrics, tmp_path):
+    """Issue 32's counts: look-alike candidates (most rejected by separation, never verified),
+    verified ones, loops closed (groups of consecutive detections), deferred groups."""
+    loop = {"candidates": 40, "verified": 9, "accepted": 2, "loops_closed": 1, "consistent": 1, "deferred": 4,
+            "rejected": 33, "rejected_by": {"separation": 31, "consistency": 2}}
+    line = [ln for ln in summary_text(dict(no_gt_metrics, loop_closure=loop), tmp_path).splitlines()
+            if ln.startswith("loop closure")][0]
+    assert line == ("loop closure      40 candidates, 9 verified: 1 loops closed (2 detections), 1 already "
+                    "consistent, 4 deferred, 33 rejected (consistency: 2, separation: 31)")
+
+
 @pytest.mark.parametrize("change, reason", [
     ({"frames_with_ground_truth": 2}, "only 2 frames with ground truth, 3 needed"),
     ({"trajectory_error": "ValueError: x"}, "evaluation failed: ValueError: x"),

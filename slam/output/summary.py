@@ -60,8 +60,13 @@ def _loop_line(loop: dict) -> str:
     rejected = f"{loop['rejected']} rejected"
     if loop.get("rejected_by"):
         rejected += " (" + ", ".join(f"{why}: {n}" for why, n in sorted(loop["rejected_by"].items())) + ")"
-    return (f"loop closure      {loop['candidates']} candidates verified: {loop['accepted']} closed, "
-            f"{loop['consistent']} already consistent, {rejected}")
+    if "loops_closed" not in loop:      # metrics.json from before issue 32
+        return (f"loop closure      {loop['candidates']} candidates verified: {loop['accepted']} closed, "
+                f"{loop['consistent']} already consistent, {rejected}")
+    deferred = f", {loop['deferred']} deferred" if loop.get("deferred") else ""
+    return (f"loop closure      {loop['candidates']} candidates, {loop['verified']} verified: "
+            f"{loop['loops_closed']} loops closed ({loop['accepted']} detections), {loop['consistent']} "
+            f"already consistent{deferred}, {rejected}")
 
 
 def _relocalisation_line(r: dict) -> str:
