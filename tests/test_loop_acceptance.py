@@ -3,23 +3,20 @@ minimum separation in time or path is not verified; one detection alone closes n
 consecutive ones that agree do, two that disagree do not; a correction within the loop's own
 noise is recorded, not applied; the robust back end ignores a wrong loop edge among right ones;
 the guard keeps a correction only where the keyframes' depths agree better after it."""
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from slam.config import load_config
+from slam.data.synthetic import room
+from slam.data.synthetic.loop import loop_pose
 from slam.loop.acceptance import Consistency, separation
 from slam.loop.information import se3_exp
 from slam.loop.pose_graph import LoopEdge
 from slam.loop.verify import Verification
 from slam.mapping.keyframes import Keyframe
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import make_loop_sample  # noqa: E402
 
 gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")
 
@@ -258,11 +255,11 @@ TOTAL = 60       # frames per turn of the generated loop
 def views():
     """Keyframes of the generated loop at 80x60 (the room, truth poses): ids 0-3 at the start
     (frames 0, 2, 4, 6), ids 10-13 one turn later at the same places."""
-    ren = make_loop_sample.sample.Renderer(make_loop_sample.sample.SEED, 80, 60, 1)
-    K = make_loop_sample.sample.intrinsics(80, 60)
+    ren = room.Renderer(room.SEED, 80, 60, 1)
+    K = room.intrinsics(80, 60)
     out = {}
     for kf_id, frame in [(0, 0), (1, 2), (2, 4), (3, 6), (10, TOTAL), (11, TOTAL + 2), (12, TOTAL + 4), (13, TOTAL + 6)]:
-        T = make_loop_sample.loop_pose(frame, TOTAL)
+        T = loop_pose(frame, TOTAL)
         rgb, z = ren.render(T)
         out[kf_id] = Keyframe(frame, frame / 30.0, T, rgb, z.astype(np.float16), K, kf_id=kf_id)
     return out

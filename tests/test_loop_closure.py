@@ -1,4 +1,4 @@
-"""Loop closure: a looping sequence (generated here, scripts/make_loop_sample.py: a full turn
+"""Loop closure: a looping sequence (generated here, slam/data/synthetic/loop.py: a full turn
 around the sample's room with a drifting exposure, past the start) closes its loop, the closure
 corrects the loop's own error and lowers the whole trajectory's ATE; odometry edges across a
 tracking loss or a snap take the keyframes' own measurement (bridges); a look-alike (a flat
@@ -7,14 +7,14 @@ odometry where ICP reports a flat view) recovers the two keyframes' relative pos
 spreads a loop's error and holds the gauge, and puts it where the tracker's information is
 weakest; anchored spheres move with their keyframes; saved maps keep their anchors and keyframe
 ids."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from slam.config import load_config
+from slam.data.synthetic import room
+from slam.data.synthetic.loop import generate_loop, loop_pose
 from slam.data.sources import open_source
 from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
 from slam.map.snapshot import MapSnapshot
@@ -26,9 +26,6 @@ from slam.loop.verify import Measurement
 from slam.output.metrics import trajectory_metrics
 from slam.runtime.system import SlamSystem
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import make_loop_sample  # noqa: E402
 
 gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")
 
@@ -45,7 +42,7 @@ def loop_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("loop")
     # 120x90: at 80x60 the tracker loses 12 frames just before the revisit, and those frames'
     # guessed poses, not the closure, decide the whole trajectory's ATE.
-    make_loop_sample.generate_loop(root / "loop", frames=112, total=100, width=120, height=90)
+    generate_loop(root / "loop", frames=112, total=100, width=120, height=90)
     cfg = _loop_config(root / "loop")
     system = SlamSystem(cfg)
     system.run(open_source(cfg.data))
@@ -177,10 +174,10 @@ def test_a_contested_snap_keeps_whichever_of_bridge_and_tracker_the_loops_and_th
 
 
 def _view(k, total=60):
-    ren = make_loop_sample.sample.Renderer(make_loop_sample.sample.SEED, 80, 60, 1)
-    T = make_loop_sample.loop_pose(k, total)
+    ren = room.Renderer(room.SEED, 80, 60, 1)
+    T = loop_pose(k, total)
     rgb, z = ren.render(T)
-    K = make_loop_sample.sample.intrinsics(80, 60)
+    K = room.intrinsics(80, 60)
     return T, rgb, z.astype(np.float16), K
 
 

@@ -1,4 +1,4 @@
-"""The bundled sample sequence (datasets/sample, made by scripts/make_sample.py).
+"""The bundled sample sequence (datasets/sample, made by slam.data.synthetic.sample).
 
 (a) Reproducibility: the first frames regenerated into a temporary folder match the committed
     ones. Tolerance (Embree ray casting is float32: bit-identical on one machine, other CPUs may
@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -21,7 +19,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "datasets" / "sample"
-SCRIPT = ROOT / "scripts" / "make_sample.py"
 
 N_FRAMES = 150
 WIDTH, HEIGHT = 160, 120
@@ -112,9 +109,9 @@ def test_regenerated_frames_match_committed(tmp_path):
     except Exception as exc:  # ImportError, or OSError when libusb-1.0 is missing
         pytest.skip(f"open3d cannot be imported ({type(exc).__name__}: {exc}); the sample generator needs it")
     out = tmp_path / "sample"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--frames", str(REGEN_FRAMES)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from slam.data.synthetic.sample import generate
+
+    generate(out, frames=REGEN_FRAMES, quiet=True)
 
     assert (out / "camera.yaml").read_text() == (SAMPLE / "camera.yaml").read_text()
     for name in ("rgb.txt", "depth.txt", "groundtruth.txt"):

@@ -12,7 +12,6 @@ nothing to run, 130 interrupted. Running the same command again runs only the ru
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shlex
 import shutil
@@ -48,7 +47,7 @@ LAYOUTS = {
     },
 }
 # Generated sequences: the bundled sample, and the loop sample (a full turn around the sample's room
-# and past its start: loop closure's test), written by scripts/make_loop_sample.py's
+# and past its start: loop closure's test), written by slam.data.synthetic.loop's
 # generate_loop(**generate) into <data cache>/generated/<name> when absent.
 GENERATED = {
     "sample": {"config": "default.yaml", "path": "sample"},
@@ -145,30 +144,17 @@ def entries(sequences: list[Sequence]) -> list[Entry]:
 
 
 class GenerationUnavailable(RuntimeError):
-    """A generated sequence cannot be made here (open3d or the generator script missing); the
-    message says why."""
+    """A generated sequence cannot be made here (open3d missing); the message says why."""
 
 
 def _loop_generator():
-    """scripts/make_loop_sample.py's ``generate_loop``, loaded by path from this package's source
-    tree, else from the current directory's (an installed slam_suite run in a checkout)."""
-    places = [Path(__file__).resolve().parents[2] / "scripts", Path.cwd() / "scripts"]
-    script = next((d / "make_loop_sample.py" for d in places if (d / "make_loop_sample.py").is_file()), None)
-    if script is None:
-        raise GenerationUnavailable(f"scripts/make_loop_sample.py not found in {places[0].parent} or "
-                                    f"{places[1].parent} (an installed package without its source tree)")
+    """slam.data.synthetic.loop's ``generate_loop``, once open3d (its renderer) imports."""
     try:
         import open3d  # noqa: F401  the generator's renderer; fails without libusb-1.0 on Debian
     except Exception as exc:  # noqa: BLE001  ImportError, OSError of a missing system library
         raise GenerationUnavailable(f"open3d cannot be imported ({type(exc).__name__}: {exc})") from None
-    spec = importlib.util.spec_from_file_location("make_loop_sample", script)
-    module = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    try:  # the script puts its own folder on sys.path to import make_sample: undone once loaded
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved
-    return module.generate_loop
+    from slam.data.synthetic.loop import generate_loop
+    return generate_loop
 
 
 def ensure_generated(entry: Entry) -> Path:

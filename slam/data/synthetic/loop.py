@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Generate a looping RGB-D test sequence (TUM RGB-D layout) in the sample's synthetic room:
 the camera circles the room looking outwards (a full turn in ``--total`` frames) and goes on past
 the start by ``--frames - --total`` frames, so the end revisits the beginning. The colour
@@ -6,22 +5,22 @@ exposure drifts over the loop (a smooth gain change: the mapper's colour loss ha
 model, so the map's colours and the tracker's poses drift with it), which is what loop closure
 must correct.
 
-    python scripts/make_loop_sample.py --out /tmp/loop --frames 140 --total 120 --width 80 --height 60
+    python -m slam.data.synthetic.loop --out /tmp/loop --frames 140 --total 120 --width 80 --height 60
 
-Same scene, renderer, depth encoding and text formats as ``scripts/make_sample.py`` (see there);
-deterministic. open3d is imported lazily (inside the renderer).
+Same scene, renderer, depth encoding (slam.data.synthetic.room) and text formats
+(slam.data.synthetic.sample) as the bundled sample; deterministic. open3d is imported lazily
+(inside the renderer). slam_suite generates it into its data cache (slam.batch.suite).
 """
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_sample as sample  # noqa: E402  (the sample's scene and renderer)
+from slam.data.synthetic import room
+from slam.data.synthetic.sample import pose_line, stamp, write_text
 
 CENTRE = (2.5, 2.05, 1.4)      # m: the loop's centre, above the table
 RADIUS = 0.35                  # m
@@ -60,29 +59,30 @@ def generate_loop(out, frames: int = 140, total: int = 120, width: int = 80, hei
     out = Path(out)
     for sub in ("rgb", "depth"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    ren = sample.Renderer(sample.SEED, width, height, supersample)
-    K = sample.intrinsics(width, height)
+    ren = room.Renderer(room.SEED, width, height, supersample)
+    K = room.intrinsics(width, height)
     rgb_lines, depth_lines, gt_lines = ["# timestamp filename"], ["# timestamp filename"], ["# timestamp tx ty tz qx qy qz qw"]
     for k in range(frames):
         T = loop_pose(k, total)
         rgb, z = ren.render(T)
         rgb = np.clip(np.round(rgb.astype(np.float64) * exposure_gain(k, total, exposure)), 0, 255).astype(np.uint8)
-        ts = sample.stamp(k)
+        ts = stamp(k)
         cv2.imwrite(str(out / "rgb" / f"{ts}.png"), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-        cv2.imwrite(str(out / "depth" / f"{ts}.png"), sample.encode_depth(z))
+        cv2.imwrite(str(out / "depth" / f"{ts}.png"), room.encode_depth(z))
         rgb_lines.append(f"{ts} rgb/{ts}.png")
         depth_lines.append(f"{ts} depth/{ts}.png")
-        gt_lines.append(sample.pose_line(k, T))
-    sample.write_text(out / "rgb.txt", rgb_lines)
-    sample.write_text(out / "depth.txt", depth_lines)
-    sample.write_text(out / "groundtruth.txt", gt_lines)
-    sample.write_text(out / "camera.yaml", [
+        gt_lines.append(pose_line(k, T))
+    write_text(out / "rgb.txt", rgb_lines)
+    write_text(out / "depth.txt", depth_lines)
+    write_text(out / "groundtruth.txt", gt_lines)
+    write_text(out / "camera.yaml", [
         f"fx: {K[0, 0]}", f"fy: {K[1, 1]}", f"cx: {K[0, 2]}", f"cy: {K[1, 2]}", f"width: {width}",
-        f"height: {height}", f"depth_scale: {sample.DEPTH_SCALE}", "distortion: null"])
+        f"height: {height}", f"depth_scale: {room.DEPTH_SCALE}", "distortion: null"])
     return {"frames": frames, "overlap_frames": max(frames - total, 0), "turn_deg": 360.0 * frames / total}
 
 
 def main(argv=None):
+    """python -m slam.data.synthetic.loop: writes the sequence and prints its summary."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--frames", type=int, default=140)
