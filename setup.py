@@ -88,6 +88,15 @@ setup(
             "slam_suite=slam.batch.suite:main",
             "slam_ros1_node=slam.ros.ros1_node:main",
             "slam_ros2_node=slam.ros.ros2_node:main",
+            # tools around a run (slam/tools, docs/ARCHITECTURE.md "Tools")
+            "slam_measure_device=slam.tools.measure_device:main",
+            "slam_profile=slam.tools.profile_tracking:main",
+            "slam_jetson_projection=slam.tools.jetson_projection:main",
+            "slam_color_registration=slam.tools.color_registration:main",
+            "slam_view_run=slam.output.view_run:main",
+            # the rasterizer's benchmarks (rasterizer/bench, docs/RASTERIZER.md)
+            "slam_bench_rasterizer=rasterizer.bench.render:main",
+            "slam_bench_gauss_newton=rasterizer.bench.gauss_newton:main",
         ]
     },
     ext_modules=ext_modules,

@@ -7,7 +7,8 @@
 # Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
 # Options (environment): SKIP_SM87=1 skips the sm_87 build; GSPLAT_WARMUP=1 compiles gsplat's
 # kernels (its first call) in the background while ours build; BENCH_ARGS for the render benchmark,
-# GN_BENCH_ARGS for the Gauss-Newton one (e.g. --accuracy --no-cpu).
+# GN_BENCH_ARGS for the Gauss-Newton one (e.g. --no-cpu). Run from a checkout, PYTHONPATH at the repo
+# or the package installed (the benchmarks are python -m rasterizer.bench.*, slam_bench_* when installed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:-${OUT:-gpu_check_logs}}
@@ -49,8 +50,8 @@ $PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_gauss_newton_cuda.
 [ -z "$gsplat_pid" ] || wait $gsplat_pid
 [ -z "$sm87_pid" ] || wait $sm87_pid || status=1  # no compiler running during the timings
 echo "benchmark starts $(date -u +%T)"
-$PY scripts/bench_rasterizer.py ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.txt" || status=1
-$PY scripts/bench_gauss_newton.py ${GN_BENCH_ARGS:-} 2>&1 | tee "$LOG/bench_gn.txt" || status=1
+$PY -m rasterizer.bench.render ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.txt" || status=1
+$PY -m rasterizer.bench.gauss_newton ${GN_BENCH_ARGS:-} 2>&1 | tee "$LOG/bench_gn.txt" || status=1
 
 [ -z "$sm87_pid" ] || cat "$LOG/build_sm87.txt"
 exit $status

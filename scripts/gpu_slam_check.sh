@@ -17,7 +17,7 @@ echo "== $(date -u +%F) $(nvidia-smi --query-gpu=name,memory.total --format=csv,
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 echo "== 1. pruner ablation (640x480)"
-$PY scripts/pruner_ablation.py --config 7scenes.yaml --out "$OUT/ablation" --local "${SETS[@]}"
+$PY -m slam.tools.pruner_ablation --config 7scenes.yaml --out "$OUT/ablation" --local "${SETS[@]}"
 
 echo "== 2. half resolution (320x240)"
 $PY -m slam.cli --config 7scenes.yaml --out "$OUT/half" --quiet "${SETS[@]}" --set data.downscale=2 --set tracking.downscale=1

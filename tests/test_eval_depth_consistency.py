@@ -1,8 +1,6 @@
-"""Depth consistency of trajectories (slam/eval/depth_consistency.py, scripts/depth_consistency.py)
+"""Depth consistency of trajectories (slam/eval/depth_consistency.py, slam.tools.depth_consistency)
 on the bundled sample: its ground truth agrees with its depth, a pose moved by 2 cm along the optical axis does not."""
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -12,9 +10,7 @@ from slam.data.trajectory_io import write_tum_trajectory
 from slam.eval.depth_consistency import depth_disagreement, keyframe_consistency, pair_table
 from slam.geometry import invert, pivot_increment
 from slam.mapping.keyframes import Keyframe
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import depth_consistency as script  # noqa: E402
+from slam.tools import depth_consistency as script
 
 
 def _frames(n=6):

@@ -1,18 +1,13 @@
-"""scripts/kinectfusion_reference.py (a reference tracker for judging a ground truth) on the
+"""slam.tools.kinectfusion_reference (a reference tracker for judging a ground truth) on the
 bundled sample: it writes one pose per frame and tracks the camera (far closer to the ground
 truth than a camera that never moves)."""
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from slam.config import load_config
 from slam.data.sources import open_source
 from slam.data.trajectory_io import read_tum_trajectory
 from slam.eval.trajectory import evaluate_ate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import kinectfusion_reference as script  # noqa: E402
+from slam.tools import kinectfusion_reference as script
 
 FRAMES = 12
 

@@ -1,23 +1,12 @@
 """The tracking-cost figures: the profiler summary (slam.runtime.profiling) and the Jetson
-projection's choice of overlap or serial frame time (scripts/jetson_projection.py)."""
-import importlib.util
-import sys
-from pathlib import Path
+projection's choice of overlap or serial frame time (slam.tools.jetson_projection)."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from slam.runtime import profiling
-
-
-def _projection():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "jetson_projection.py"
-    spec = importlib.util.spec_from_file_location("jetson_projection", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod          # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+from slam.tools import jetson_projection
 
 
 def _event(key, cpu_us=0.0, dev_us=0.0, count=1, cuda=False):
@@ -48,7 +37,7 @@ def test_summary_of_a_real_cpu_profile():
 
 
 def test_projection_overlaps_host_and_gpu_only_with_one_wait_per_frame():
-    proj = _projection()
+    proj = jetson_projection
     prof = dict(host_ms=2.0, gpu_ms_by_class={"raster": 1.0, "sort": 0.5}, host_waits=1.13)
     ref, agx = proj.MACHINES["h200"], proj.MACHINES["orin_agx"]
     one = proj.project(prof, ref, agx)

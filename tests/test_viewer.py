@@ -119,11 +119,11 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     assert max(frames["/world/trajectory/estimate"]) == n - 1
     assert max(frames["/world/trajectory/ground_truth"]) == n - 1
 
-    # The same run folder, after the fact: scripts/view_run.py writes a recording of it.
+    # The same run folder, after the fact: slam_view_run writes a recording of it.
     run = tmp_path / "run"
     assert all((run / f).is_file() for f in ("map.ply", "map.keyframes.npz", "mesh.ply", "trajectory.png"))
     view = tmp_path / "view.rrd"
-    res = subprocess.run([sys.executable, str(REPO / "scripts" / "view_run.py"), str(run), "--rrd", str(view)],
+    res = subprocess.run([sys.executable, "-m", "slam.output.view_run", str(run), "--rrd", str(view)],
                          env=ENV, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"poses {n}" in res.stdout and f"ground_truth {n}" in res.stdout and "mesh_triangles" in res.stdout

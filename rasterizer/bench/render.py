@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Benchmark of the sphere rasterizer: ours (CUDA) vs gsplat on the same spheres, and the CPU
 kernel vs the PyTorch reference. Prints markdown tables.
 
-    python scripts/bench_rasterizer.py            # GPU section (if CUDA) + CPU section
-    python scripts/bench_rasterizer.py --cpu-only
-    python scripts/bench_rasterizer.py --sizes 200000 --res 640x480 --reps 50
+    slam_bench_rasterizer            # GPU section (if CUDA) + CPU section
+    slam_bench_rasterizer --cpu-only
+    slam_bench_rasterizer --sizes 200000 --res 640x480 --reps 50
 
 GPU timings: median over --reps iterations after --warmup, each timed with CUDA events (forward:
 the render call; forward+backward: render + loss.backward() with loss = sum of colour, depth and
@@ -19,18 +18,16 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import rasterizer  # noqa: E402
+import rasterizer
 
 
 def make_scene(n, width, height, device, seed=0):
-    """n spheres in the frustum, 1-5 m away, footprints sigma = 0.7..8 px (3-sigma 2..24 px)."""
+    """n spheres in the frustum, 1-5 m away, footprints sigma = 0.7..8 px (3-sigma 2..24 px).
+    -> ([means (n, 3) m, radii (n,) m, colors (n, 3), opacities (n,)] on ``device``, K (3, 3) on the CPU)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     f = 0.82 * width
     K = torch.tensor([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1.0]])
@@ -156,7 +153,8 @@ def cpu_section(n, w, h, reps):
           f"forward+backward {res['reference'][1] / res['cpu'][1]:.1f}x")
 
 
-def main():
+def main(argv=None) -> int:
+    """slam_bench_rasterizer: prints the tables; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,200000,1000000")
     ap.add_argument("--res", default="640x480,1280x720")
@@ -169,7 +167,7 @@ def main():
     ap.add_argument("--cpu-reps", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="also profile 200k at 640x480")
     ap.add_argument("--no-cpu", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     print(f"sphere rasterizer benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{platform.node()}")
     if torch.cuda.is_available() and not a.cpu_only:
@@ -181,7 +179,8 @@ def main():
     if not a.no_cpu:
         cw, ch = (int(x) for x in a.cpu_res.split("x"))
         cpu_section(a.cpu_n, cw, ch, a.cpu_reps)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

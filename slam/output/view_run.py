@@ -1,9 +1,9 @@
-#!/usr/bin/env python
-"""Look at a finished run folder in rerun: map, trajectory (+ ground truth), keyframes, mesh.
+"""slam_view_run: look at a finished run folder in rerun: map, trajectory (+ ground truth),
+keyframes, mesh.
 
-    python scripts/view_run.py runs/20261130-101500              # spawn a rerun viewer
-    python scripts/view_run.py runs/x --rrd runs/x/view.rrd      # write a recording (headless)
-    python scripts/view_run.py runs/x --connect rerun+http://127.0.0.1:9876/proxy
+    slam_view_run runs/20261130-101500              # spawn a rerun viewer
+    slam_view_run runs/x --rrd runs/x/view.rrd      # write a recording (headless)
+    slam_view_run runs/x --connect rerun+http://127.0.0.1:9876/proxy
 
 Reads what exists of: map.ply (Points3D, static), trajectory.txt / keyframes.txt (LineStrips3D),
 ground truth (from config.yaml's data section, when the source has it), map.keyframes.npz (each
@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _blueprint():
@@ -116,7 +114,8 @@ def log_run(rec, run: Path, max_points: int = 200_000) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="view_run", description=__doc__.split("\n\n")[0])
+    """slam_view_run: logs the run folder; 0 done, 2 not a run folder / unreadable input."""
+    p = argparse.ArgumentParser(prog="slam_view_run", description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="run folder written by run_slam")
     p.add_argument("--rrd", default=None, help="write a .rrd recording instead of opening a viewer")
     p.add_argument("--connect", default=None, metavar="URL", help="send to a running rerun viewer")

@@ -3,10 +3,10 @@
 Runs SLAM with the test opened, tracks every ``--every``-th frame again from perturbed starts, and
 prints how the quality test separates right from wrong results under a grid of its settings
 (``slam/eval/quality_calibration.py`` says how they are made and labelled); ``--json`` keeps the
-samples. Needs the package installed (``pip install .``):
+samples:
 
-    python scripts/calibrate_quality.py --config tum.yaml --set data.path=../shared/data/rgbd_dataset_freiburg1_rpy-0000-0359
-    python scripts/calibrate_quality.py --config 7scenes.yaml --set data.stride=8 --every 1 --json s8.json
+    python -m slam.tools.calibrate_quality --config tum.yaml --set data.path=../shared/data/rgbd_dataset_freiburg1_rpy-0000-0359
+    python -m slam.tools.calibrate_quality --config 7scenes.yaml --set data.stride=8 --every 1 --json s8.json
 """
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ from slam.eval.quality_calibration import OPEN_TEST, collect, rule_table
 FIELDS = ("known", "depth_inliers", "color_inliers", "conditioning")
 
 
-def main() -> None:
+def main(argv=None) -> int:
+    """Prints the separation and the rule table; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="default.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--every", type=int, default=3, help="perturb every N-th frame (default 3)")
     ap.add_argument("--json", default=None, help="write the samples here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cfg = load_config(args.config, [*args.set, *OPEN_TEST])
     samples = collect(cfg, open_source(cfg.data), every=args.every)
     if args.json:
@@ -49,7 +50,8 @@ def main() -> None:
         fa = "n/a" if r["false_alarms"] is None else f"{r['false_alarms']:.1%}"
         mi = "n/a" if r["misses"] is None else f"{r['misses']:.1%}"
         print("  " + ", ".join(f"{r[k]:g}" for k in grid) + f"   {fa:>6s} / {mi:>6s}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

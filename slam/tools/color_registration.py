@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Estimate the colour camera of an unregistered RGB-D sequence and print the config lines.
 
-    python scripts/estimate_color_registration.py --config 7scenes.yaml [--frames 20] [--set data.path=...]
+    slam_color_registration --config 7scenes.yaml [--frames 20] [--set data.path=...]
 
 Reads ``--frames`` frames spread over the sequence at full resolution (any registration in the
 config is ignored), fits the colour camera's focal length, principal point and baseline by
@@ -12,15 +11,10 @@ with the edge-alignment score before and after (mean colour gradient at depth ed
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
-
-try:
-    import slam  # noqa: F401
-except ImportError:  # run from a source checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
+    """slam_color_registration: prints the config lines; 0 when done."""
     from slam.config import load_config
     from slam.data.registration import estimate_registration
     from slam.data.sources import open_source

@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Rank trajectories by how well they agree with the sensor's depth (slam/eval/depth_consistency.py):
 for each frame pair (a, b), frame a's depth moved into frame b by each trajectory's relative pose,
 against b's depth. No trajectory is trusted, the ground truth included.
 
-    python scripts/depth_consistency.py --config 7scenes.yaml --gt \\
+    python -m slam.tools.depth_consistency --config 7scenes.yaml --gt \\
         --run renders=runs/x/trajectory.txt --run fused=runs/y/trajectory.txt \\
         --pairs 60:100 80:121 121:122 [--json out.json]
-    python scripts/depth_consistency.py --config 7scenes.yaml --gt --run est=runs/x/trajectory.txt \\
+    python -m slam.tools.depth_consistency --config 7scenes.yaml --gt --run est=runs/x/trajectory.txt \\
         --span 40 --every 20 --last 160        # pairs (0, 40), (20, 60), ... up to frame 159
 
 Prints, per pair and trajectory, the median |depth difference| (mm) over the pixels both frames see
@@ -17,13 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-try:
-    import slam  # noqa: F401
-except ImportError:  # run from a source checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
@@ -36,6 +29,7 @@ MAX_TIME_DIFF = 0.02
 
 
 def parse_pairs(args) -> list[tuple[int, int]]:
+    """Frame pairs (a, b) from ``--pairs A:B ...`` or ``--span/--every/--last``."""
     if args.pairs:
         try:
             pairs = [tuple(int(x) for x in p.split(":")) for p in args.pairs]
@@ -62,6 +56,7 @@ def by_frame(path: str, frames: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    """Prints the pair table; 0 when done."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -110,4 +105,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Where the peak GPU memory of a SLAM run goes (CUDA only).
 
-    python scripts/gpu_memory_profile.py --config 7scenes.yaml [--set KEY=VALUE ...] [--top 15]
+    python -m slam.tools.gpu_memory_profile --config 7scenes.yaml [--set KEY=VALUE ...] [--top 15]
 
 Runs the system in-process (sequential mode by default, so the peak is reproducible;
 ``--set system.threaded=true`` profiles the threaded run, whose peak varies) with PyTorch's CUDA
@@ -13,12 +12,6 @@ and the most spheres held at once.
 import argparse
 import collections
 import sys
-from pathlib import Path
-
-try:
-    import slam  # noqa: F401
-except ImportError:  # run from a source checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 OURS = ("slam/", "rasterizer/")
 MAX_EVENTS = 6_000_000
@@ -64,6 +57,7 @@ def live_at_peak(trace) -> tuple[int, dict, int]:
 
 
 def main(argv=None) -> int:
+    """Prints the peak and its allocation sites; 0 when done, 2 without CUDA."""
     import torch
 
     from slam.config import load_config
@@ -103,4 +97,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Project a tracking profile measured on one machine to NVIDIA Jetsons, from published specs.
 
-Input: the JSON that ``scripts/profile_tracking.py --json`` writes (per tracked frame: host ms,
+Input: the JSON that ``slam_profile --json`` writes (per tracked frame: host ms,
 GPU ms by kernel class, kernel launches, wall ms). The model, stated so it can be checked:
 
 - Host work (Python, PyTorch dispatch, kernel launches, the 8x8 solve) scales with single-thread
@@ -20,10 +20,10 @@ GPU ms by kernel class, kernel launches, wall ms). The model, stated so it can b
   host's own work: the profile leaves its explicit waits for the GPU out.
 
 Measure the real thing on a Jetson (same profile, no projection):
-    python scripts/profile_tracking.py --config 7scenes.yaml --set data.path=DATA --json jetson.json
+    slam_profile --config 7scenes.yaml --set data.path=DATA --json jetson.json
 and the whole system: ``run_slam --config jetson_orin_agx.yaml --set data.path=DATA`` (metrics.json).
 
-    python scripts/jetson_projection.py profile.json [--reference h200]
+    slam_jetson_projection profile.json [--reference h200]
 """
 from __future__ import annotations
 
@@ -108,14 +108,16 @@ def table(profile: dict, ref_key: str, nano_super: bool) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv=None) -> int:
+    """slam_jetson_projection: prints the projection table; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("profile", help="JSON from scripts/profile_tracking.py --json")
+    ap.add_argument("profile", help="JSON from slam_profile --json")
     ap.add_argument("--reference", default="h200", choices=sorted(MACHINES), help="the machine the profile is from")
     ap.add_argument("--nano-super", action="store_true", help="also project the Orin Nano in JetPack 6.2 super mode")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     print(table(json.loads(Path(args.profile).read_text()), args.reference, args.nano_super))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A reference trajectory from another method on the same frames: KinectFusion-style depth-only
 frame-to-model ICP on a TSDF volume (open3d's ``t.pipelines.slam.Model``), evaluated against the
 dataset's ground truth exactly as run_slam's trajectories are (evo ATE, optional prefixes).
@@ -7,7 +6,7 @@ dataset's ground truth exactly as run_slam's trajectories are (evo ATE, optional
 far that ground truth can tell tracking accuracy from its own error (docs/benchmarks.md,
 fifteenth session).
 
-    python scripts/kinectfusion_reference.py --config 7scenes.yaml --voxel 0.01 \\
+    python -m slam.tools.kinectfusion_reference --config 7scenes.yaml --voxel 0.01 \\
         --prefixes 50 100 161 250 500 [--out kinfu.txt] [--set data.last=200]
 
 Runs on the CPU (open3d's tensor pipeline; about 0.2-0.9 s a 640x480 frame on 2 cores). Frames
@@ -18,12 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-try:
-    import slam  # noqa: F401
-except ImportError:  # run from a source checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
@@ -77,6 +70,7 @@ def track(frames, voxel: float, max_depth: float, progress_every: int = 50):
 
 
 def main(argv=None) -> int:
+    """Tracks, writes and evaluates; 0 when done."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -108,4 +102,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

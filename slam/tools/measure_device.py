@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """FPS and memory of one SLAM run on this machine: the one command to run on a Jetson.
 
-    python scripts/measure_device.py --config jetson_orin_nano_8gb.yaml --set data.path=/data/7scenes-redkitchen
-    python scripts/measure_device.py --set tracking.downscale=1       # the bundled sample (160x120), default.yaml
-    python scripts/measure_device.py --repo /tmp/old_checkout --config 7scenes.yaml --set data.path=/tmp/7s
+    slam_measure_device --config jetson_orin_nano_8gb.yaml --set data.path=/data/7scenes-redkitchen
+    slam_measure_device --set tracking.downscale=1       # the bundled sample (160x120), default.yaml
+    slam_measure_device --repo /tmp/old_checkout --config 7scenes.yaml --set data.path=/tmp/7s
 
 Runs ``python -m slam.cli --quiet --out OUT <your arguments>`` as a child process (the code of
-``--repo``, default this checkout) and samples every 0.2 s:
+``--repo``, a source checkout; default: the ``slam`` this command imports) and samples every 0.2 s:
 - the child's resident memory (RSS): its true peak, the end-of-run evaluation included;
 - the machine's used memory (total - available). On a Jetson the CPU and the GPU share this
   DRAM, so its rise over the run is what SLAM costs the robot, GPU allocations included (they
@@ -32,9 +31,6 @@ from typing import Optional
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
     """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MiB, largest
     first (``top`` of them; None: all)."""
@@ -55,6 +51,7 @@ def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
 
 
 def used_mb() -> float:
+    """The machine's used memory (total - available), MB."""
     vm = psutil.virtual_memory()
     return (vm.total - vm.available) / 1e6
 
@@ -84,21 +81,25 @@ def measure(cmd: list, cwd: Path, env: dict, period_s: float = 0.2) -> dict:
 
 
 def main(argv=None) -> int:
+    """slam_measure_device: runs, measures, prints; the run's exit code."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog="Any other argument goes to run_slam (--config, --set, --map ...).")
-    ap.add_argument("--repo", default=str(REPO), help="checkout whose code runs (default: this one)")
+    ap.add_argument("--repo", default=None,
+                    help="source checkout whose code runs (default: the installed / importable slam)")
     ap.add_argument("--out", default=None, help="run folder (default: runs/measure_<time>)")
     args, run_args = ap.parse_known_args(argv)
-    out = Path(args.out or REPO / "runs" / time.strftime("measure_%Y%m%d_%H%M%S")).resolve()
-    # the checkout first, then whatever PYTHONPATH already holds (packages installed with --target)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(Path(args.repo).resolve()), os.environ.get("PYTHONPATH", "")) if p))
+    out = Path(args.out or Path("runs") / time.strftime("measure_%Y%m%d_%H%M%S")).resolve()
+    cwd, env = Path.cwd(), dict(os.environ)
+    if args.repo:
+        # the checkout first, then whatever PYTHONPATH already holds (packages installed with --target)
+        cwd = Path(args.repo).resolve()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", "slam.cli", "--quiet", "--out", str(out), *run_args]
-    print("running:", " ".join(cmd), f"(in {args.repo})", flush=True)
-    res = measure(cmd, Path(args.repo), env)
+    print("running:", " ".join(cmd), f"(in {cwd})", flush=True)
+    res = measure(cmd, cwd, env)
     metrics_path = out / "metrics.json"
     m = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
-    res.update({"command": cmd, "repo": str(Path(args.repo).resolve()),
+    res.update({"command": cmd, "repo": str(cwd) if args.repo else None,
                 "fps_system": m.get("fps_system"), "fps_tracking": m.get("fps_tracking"),
                 "peak_rss_run_mb": m.get("peak_rss_mb"), "peak_gpu_allocated_mb": m.get("peak_gpu_mb"),
                 "frames": m.get("frames"), "keyframes": m.get("keyframes"), "spheres": m.get("spheres"),

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Where this process's resident memory (RSS) goes, stage by stage: what importing torch, the
 CUDA context, the rasterizer, cuBLAS, the optimiser and a short SLAM run each add, and which
 mappings grew (heap, anonymous memory, shared libraries by name).
 
-    python scripts/memory_stages.py                                   # CUDA if present, else CPU
-    python scripts/memory_stages.py --config 7scenes.yaml --set data.path=/data/7s --frames 60
+    python -m slam.tools.memory_stages                                # CUDA if present, else CPU
+    python -m slam.tools.memory_stages --config 7scenes.yaml --set data.path=/data/7s --frames 60
 
 On a Jetson the CPU and the GPU share one DRAM, so every megabyte here is one the robot's other
 programs lose. Figures are MB (10^6 bytes) from /proc/self/smaps; Linux only.
@@ -13,15 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-from measure_device import smaps_breakdown  # noqa: E402  (scripts/ is not a package)
+from slam.tools.measure_device import smaps_breakdown
 
 
 def rss_by_mapping() -> dict:
@@ -39,6 +33,7 @@ class Stages:
         self.rows: list = []
 
     def run(self, name: str, fn) -> None:
+        """Runs ``fn()`` as stage ``name`` and prints its row."""
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
@@ -51,14 +46,16 @@ class Stages:
         self.before = now
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    """Prints the stages; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="default.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--frames", type=int, default=30, help="frames of the SLAM run stage (0: skip it)")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     ap.add_argument("--top", type=int, default=5, help="mappings listed per stage")
-    args = ap.parse_args()
+    ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
+    args = ap.parse_args(argv)
     st = Stages(args.top)
     mods: dict = {}
 
@@ -81,7 +78,7 @@ def main() -> int:
         st.run("CUDA context (one tensor on the GPU)", lambda: torch.zeros(1, device=dev).sum().item())
     rasterizer = mods["rasterizer"]
     gen = torch.Generator().manual_seed(0)
-    n, w, h = 50_000, 320, 240
+    n, w, h = args.spheres, 320, 240
     means = (torch.rand(n, 3, generator=gen) * torch.tensor([2.0, 1.5, 2.0]) - torch.tensor([1.0, 0.75, -1.0])).to(dev)
     radii = (0.005 + 0.02 * torch.rand(n, generator=gen)).to(dev)
     colors = torch.rand(n, 3, generator=gen).to(dev)
@@ -95,7 +92,7 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    st.run(f"rasterizer: render + backward ({n // 1000}k spheres)", render_backward)
+    st.run(f"rasterizer: render + backward ({n:,} spheres)", render_backward)
     st.run("cuBLAS (addmm of points by a pose)",
            lambda: torch.addmm(torch.zeros(3, device=dev), means.detach(), torch.eye(3, device=dev)).sum().item())
 
@@ -121,4 +118,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

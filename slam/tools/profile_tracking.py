@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Where the tracker's time goes: build a map on the first frames of a sequence (single-thread
 mode), then track the next frames against that frozen map under torch.profiler and print the
 wall time per frame, the renders per frame and the top operators by host and device time.
-``--json FILE`` also writes the profile that ``scripts/jetson_projection.py`` projects to Jetsons:
+``--json FILE`` also writes the profile that ``slam_jetson_projection`` projects to Jetsons:
 wall, host and GPU ms per frame, kernel launches per frame and GPU ms per kernel class.
 
-    python scripts/profile_tracking.py --config 7scenes.yaml --map-frames 60 --frames 20 \
+    slam_profile --config 7scenes.yaml --map-frames 60 --frames 20 \
         --set data.path=/path/to/7scenes-redkitchen-0000-0499
 """
 from __future__ import annotations
@@ -13,21 +12,37 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-try:
-    import slam  # noqa: F401
-except ImportError:  # run from a source checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from slam.config import load_config
+from slam.data.sources import open_source
 
 
-def main() -> None:
-    from map_first_frames import load_frames, map_first_frames
+def map_first_frames(config: str, overrides: list, map_frames: int):
+    """Runs SLAM on frames [first, first + map_frames) of the configured sequence (``first``:
+    its ``data.first``). -> (cfg, system, snapshot of the map, first)."""
+    from slam.runtime.system import SlamSystem
+
+    first = load_config(config, overrides).data.first
+    cfg = load_config(config, [*overrides, "system.threaded=false", "system.progress=false",
+                               f"data.last={first + map_frames}", "mapping.final_iters=0"])
+    system = SlamSystem(cfg)
+    system.run(open_source(cfg.data))
+    return cfg, system, system.latest_map(), first
+
+
+def load_frames(config: str, overrides: list, first: int, last: int) -> list:
+    """Frames [first, last) of the configured sequence (absolute frame numbers), as a list."""
+    more = load_config(config, [*overrides, f"data.first={first}", f"data.last={last}"])
+    return list(open_source(more.data))
+
+
+def main(argv=None) -> int:
+    """slam_profile: prints the profile; 0 when done."""
     from slam.tracking.tracker import Tracker
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,8 +53,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=25, help="operators listed")
     ap.add_argument("--compare", nargs="*", default=[], metavar="SOLVER",
                     help="also time these tracking.solver values on the same map and frames (e.g. renders)")
-    ap.add_argument("--json", default=None, help="write the profile summary (for scripts/jetson_projection.py)")
-    args = ap.parse_args()
+    ap.add_argument("--json", default=None, help="write the profile summary (for slam_jetson_projection)")
+    args = ap.parse_args(argv)
 
     cfg, system, snap, first = map_first_frames(args.config, args.set, args.map_frames)
     print(f"map: {snap.means.shape[0]:,} spheres after {args.map_frames} frames on {system.device}")
@@ -93,8 +108,10 @@ def main() -> None:
             print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.rows))
         except (KeyError, AttributeError, RuntimeError):  # older torch names it cuda_time
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.rows))
+    return 0
 
-# Kernel classes of the projection: what bounds each on a smaller GPU (see jetson_projection.py).
+
+# Kernel classes of the projection: what bounds each on a smaller GPU (slam.tools.jetson_projection).
 KERNEL_CLASSES = (("raster", ("sphere", "tile", "raster", "gauss_newton", "gn_")),   # our kernels: compute
                   ("sort", ("radix", "cub", "sort", "scan")),                         # memory
                   ("gemm", ("gemm", "gemv", "cublas", "cutlass")),                    # compute
@@ -102,6 +119,7 @@ KERNEL_CLASSES = (("raster", ("sphere", "tile", "raster", "gauss_newton", "gn_")
 
 
 def kernel_class(name: str) -> str:
+    """The projection's class of a GPU kernel (``KERNEL_CLASSES``) by its name; else 'elementwise'."""
     low = name.lower()
     for cls, keys in KERNEL_CLASSES:
         if any(k in low for k in keys):
@@ -120,10 +138,11 @@ def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: boo
 
 
 def machine_name(device) -> str:
+    """The GPU's name, or the CPU's with torch's thread count."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

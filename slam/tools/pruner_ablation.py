@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Pruner ablation as one slam_batch: the same sequence with the pruner on and off, then on with a
 hard budget of half the unpruned peak sphere count. The budget is known once the 'off' run has
 finished, so the batch runs twice: first the on/off jobs, then the same jobs plus the budget job
@@ -6,8 +5,8 @@ finished, so the batch runs twice: first the on/off jobs, then the same jobs plu
 ``run_slam`` process (clean peak-memory figures); the comparison below is computed from the batch
 table (``OUT/batch.csv``, ``OUT/batch.md``).
 
-    python scripts/pruner_ablation.py --config 7scenes.yaml --out runs/ablation
-    python scripts/pruner_ablation.py --set data.last=60 --local        # bundled sample, short, no Ray
+    python -m slam.tools.pruner_ablation --config 7scenes.yaml --out runs/ablation
+    python -m slam.tools.pruner_ablation --set data.last=60 --local        # bundled sample, short, no Ray
 
 Prints a markdown table and the on-vs-off comparison, and writes ``ablation.json`` in OUT (a local
 folder). Run it again to resume: finished runs are kept.
@@ -20,8 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout's script runs the checkout's code
-from slam.batch import BatchSpec, BatchSpecError, RayMissing, RunOptions, expand, run_batch  # noqa: E402
+from slam.batch import BatchSpec, BatchSpecError, RayMissing, RunOptions, expand, run_batch
 
 ON = {"name": "pruner on", "set": ["pruner.enabled=true"]}
 OFF = {"name": "pruner off", "set": ["pruner.enabled=false"]}
@@ -40,6 +38,7 @@ def comparison_row(row: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    """Runs the ablation batch and prints the comparison; 0 when done (SystemExit on a failed job)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="default.yaml")
     p.add_argument("--set", dest="overrides", action="append", default=[])
