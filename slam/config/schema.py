@@ -25,7 +25,7 @@ class DataConfig:
     depth_scale: Optional[float] = None        # raw depth units per metre override
     # Unregistered colour (7-Scenes, raw Kinect v1): the colour camera's [fx, fy, cx, cy] and the
     # depth-to-colour translation [tx, ty, tz] (m); colour is resampled into the depth camera.
-    # scripts/estimate_color_registration.py estimates both from the data.
+    # slam_color_registration estimates both from the data.
     color_intrinsics: Optional[List[float]] = None
     color_translation: Optional[List[float]] = None
     max_time_diff: float = 0.02     # s, colour/depth/ground-truth association tolerance
@@ -93,7 +93,7 @@ class QualityConfig:
     """The tracking-quality test (slam/tracking/quality.py): evidence of the final pose, judged
     against absolute floors and against the sequence's recent level (the frames that passed).
     Chosen as a detector on both real sequences, right vs wrong poses
-    (scripts/calibrate_quality.py; docs/benchmarks.md, "Quality test")."""
+    (python -m slam.tools.calibrate_quality; docs/benchmarks.md, "Quality test")."""
 
     # The sensor's depth noise model: a depth inlier is within floor + quad * z^2 of the render.
     # A sensor family's values belong in its config (configs/kinect_v1.yaml, realsense.yaml);

@@ -15,7 +15,7 @@ absorbed by the colour principal point. Pixels without valid depth use the frame
 
 ``estimate_registration`` fits (fx, cx, cy, tx) of the colour camera from the data alone, by
 maximising the colour-image gradient found at depth edges (where the two images must both have
-an edge once aligned). ``scripts/estimate_color_registration.py`` runs it on a sequence and
+an edge once aligned). ``slam_color_registration`` runs it on a sequence and
 prints the config lines.
 """
 from __future__ import annotations
