@@ -27,6 +27,7 @@ from slam.observation import Observation
 from slam.tracking.frontend import TrackingFrontend
 from slam.tracking.tracker import Tracker
 from tracking_world import DT, H, K, T0, T1, W, frame_obs, make_world, tracking_config
+from tracking_world import one_thread  # noqa: F401 (an autouse fixture: one CPU thread)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -95,16 +96,6 @@ CASES = {
     "dark_map": Case(frame_obs, EITHER, dark=True),
 }
 SOLVERS = ["fused", "renders"]   # both on the CPU kernels (raster.backend cpu)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One CPU thread for this module: at 40x30 the kernels' OpenMP threads wait for each other
-    more than they work (a render took 12 ms on two busy cores, 1.5 ms on one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

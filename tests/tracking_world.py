@@ -4,6 +4,7 @@ and the clean frames rendered there (``make_world``); the test config (``trackin
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from slam.config import load_config
@@ -19,6 +20,16 @@ MOTION = np.array([0.003, -0.004, 0.002, 0.01, -0.005, 0.008])   # rad, m per fr
 T0 = np.eye(4)
 T1 = invert(pivot_increment(MOTION, 2.0))           # 2.0 cm and 0.3 deg from T0
 T2 = invert(pivot_increment(2 * MOTION, 2.0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One CPU thread for a module that imports this fixture: at 40x30 the kernels' OpenMP threads
+    wait for each other more than they work (a render took 12 ms on two busy cores, 1.5 ms on one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def frame_obs(color: np.ndarray, depth: np.ndarray) -> Observation:
