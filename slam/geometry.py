@@ -1,5 +1,7 @@
-"""Rigid-body math: the SE(3) increment the tracker applies, pose inversion and composition, point
-transforms, the motion model, back-projection (numpy on the host, torch where the device needs it).
+"""Rigid-body math: SO(3) / SE(3) exponential and logarithm maps and the adjoint (gtsam's Pose3
+convention: tangent = rotation rad, translation m), the SE(3) increment the tracker applies, pose
+inversion and composition, point transforms, the motion model, back-projection (numpy on the host,
+torch where the device needs it).
 
 Conventions: poses are 4x4 camera-to-world ``T_wc`` unless the name says ``T_cw``; OpenCV camera
 axes (x right, y down, z forward); translations in metres, angles in radians.
@@ -12,6 +14,11 @@ import numpy as np
 import torch
 
 
+def skew(v: np.ndarray) -> np.ndarray:
+    """(3,) -> (3, 3) cross-product matrix: skew(v) @ u = v x u."""
+    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+
+
 def so3_exp(phi: np.ndarray) -> np.ndarray:
     """Rotation vector (3,) rad -> (3, 3) float64 rotation (Rodrigues; a Taylor expansion near 0)."""
     phi = np.asarray(phi, dtype=np.float64)
@@ -21,7 +28,7 @@ def so3_exp(phi: np.ndarray) -> np.ndarray:
     else:
         theta = math.sqrt(theta2)
         a, b = math.sin(theta) / theta, (1.0 - math.cos(theta)) / theta2
-    W = np.array([[0.0, -phi[2], phi[1]], [phi[2], 0.0, -phi[0]], [-phi[1], phi[0], 0.0]])
+    W = skew(phi)
     return np.eye(3) + a * W + b * (W @ W)
 
 
@@ -39,6 +46,45 @@ def so3_log(R: np.ndarray) -> np.ndarray:
         axis = axis / np.linalg.norm(axis)
         return theta * (axis if axis @ w >= 0 else -axis)
     return theta / (2.0 * math.sin(theta)) * w
+
+
+def adjoint(T: np.ndarray) -> np.ndarray:
+    """(6, 6) adjoint of the rigid transform T (4, 4) in the (rotation, translation) order:
+    Exp(Ad_T xi) T = T Exp(xi)."""
+    R, t = T[:3, :3], T[:3, 3]
+    A = np.zeros((6, 6))
+    A[:3, :3] = R
+    A[3:, 3:] = R
+    A[3:, :3] = skew(t) @ R
+    return A
+
+
+def se3_exp(xi: np.ndarray) -> np.ndarray:
+    """(6,) tangent (rotation rad, translation m) -> (4, 4) rigid transform, gtsam's Pose3.Expmap."""
+    xi = np.asarray(xi, dtype=np.float64)
+    w, v = xi[:3], xi[3:]
+    theta = float(np.linalg.norm(w))
+    W = skew(w)
+    if theta < 1e-8:
+        V = np.eye(3) + 0.5 * W
+    else:
+        V = np.eye(3) + (1.0 - math.cos(theta)) / theta ** 2 * W + (theta - math.sin(theta)) / theta ** 3 * (W @ W)
+    T = np.eye(4)
+    T[:3, :3] = so3_exp(w)
+    T[:3, 3] = V @ v
+    return T
+
+
+def se3_log(T: np.ndarray) -> np.ndarray:
+    """(4, 4) rigid transform -> (6,) tangent (rotation rad, translation m), gtsam's Pose3.Logmap."""
+    w = so3_log(T[:3, :3])
+    theta = float(np.linalg.norm(w))
+    W = skew(w)
+    if theta < 1e-8:
+        V_inv = np.eye(3) - 0.5 * W
+    else:
+        V_inv = np.eye(3) - 0.5 * W + (1.0 - theta * math.sin(theta) / (2.0 * (1.0 - math.cos(theta)))) / theta ** 2 * (W @ W)
+    return np.r_[w, V_inv @ T[:3, 3]]
 
 
 def pivot_increment(delta: np.ndarray, z_pivot: float) -> np.ndarray:

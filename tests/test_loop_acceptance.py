@@ -11,8 +11,8 @@ import pytest
 from slam.config import load_config
 from slam.data.synthetic import room
 from slam.data.synthetic.loop import loop_pose
+from slam.geometry import se3_exp
 from slam.loop.acceptance import Consistency, separation
-from slam.loop.information import se3_exp
 from slam.loop.pose_graph import LoopEdge
 from slam.loop.verify import Verification
 from slam.mapping.keyframes import Keyframe

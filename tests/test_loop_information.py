@@ -5,8 +5,8 @@ the pose); the pose graph and the chi-square bounds use it."""
 import numpy as np
 import pytest
 
-from slam.loop.information import (NOISE_INFLATION, adjoint, chi2_quantile, edge_error, measurement_information,
-                                   se3_exp, se3_log)
+from slam.geometry import adjoint, se3_exp, se3_log
+from slam.loop.information import NOISE_INFLATION, chi2_quantile, edge_error, measurement_information
 from slam.loop.verify import icp, point_map
 
 

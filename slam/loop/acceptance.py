@@ -26,8 +26,8 @@ from typing import Optional
 import numpy as np
 
 from slam.config import LoopConfig
-from slam.geometry import invert
-from slam.loop.information import adjoint, chi2_quantile, edge_error, mahalanobis2, se3_log
+from slam.geometry import adjoint, invert, se3_log
+from slam.loop.information import chi2_quantile, edge_error, mahalanobis2
 from slam.loop.pose_graph import LoopEdge, config_sigmas
 
 DOF = 6     # a relative pose's degrees of freedom

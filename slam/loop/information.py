@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from slam.geometry import invert, so3_exp, so3_log
+from slam.geometry import adjoint, invert, se3_log
 
 # How much larger the real error of an ICP / RGB-D odometry measurement is than its normal
 # equations say, as a factor on the covariance (so sqrt of it on the standard deviations).
@@ -30,50 +30,6 @@ NOISE_INFLATION = 100.0
 # Smallest eigenvalue kept, relative to the largest: a direction the measurement did not see keeps
 # a tiny information (the edge stays positive definite) and says nothing there.
 MIN_EIGEN_RATIO = 1e-9
-
-
-def skew(v: np.ndarray) -> np.ndarray:
-    """(3,) -> (3, 3) cross-product matrix."""
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
-
-
-def adjoint(T: np.ndarray) -> np.ndarray:
-    """(6, 6) adjoint of the rigid transform T (4, 4) in the (rotation, translation) order:
-    Exp(Ad_T xi) T = T Exp(xi)."""
-    R, t = T[:3, :3], T[:3, 3]
-    A = np.zeros((6, 6))
-    A[:3, :3] = R
-    A[3:, 3:] = R
-    A[3:, :3] = skew(t) @ R
-    return A
-
-
-def se3_exp(xi: np.ndarray) -> np.ndarray:
-    """(6,) tangent (rotation rad, translation m) -> (4, 4) rigid transform, gtsam's Pose3.Expmap."""
-    xi = np.asarray(xi, dtype=np.float64)
-    w, v = xi[:3], xi[3:]
-    theta = float(np.linalg.norm(w))
-    W = skew(w)
-    if theta < 1e-8:
-        V = np.eye(3) + 0.5 * W
-    else:
-        V = np.eye(3) + (1.0 - math.cos(theta)) / theta ** 2 * W + (theta - math.sin(theta)) / theta ** 3 * (W @ W)
-    T = np.eye(4)
-    T[:3, :3] = so3_exp(w)
-    T[:3, 3] = V @ v
-    return T
-
-
-def se3_log(T: np.ndarray) -> np.ndarray:
-    """(4, 4) rigid transform -> (6,) tangent (rotation rad, translation m), gtsam's Pose3.Logmap."""
-    w = so3_log(T[:3, :3])
-    theta = float(np.linalg.norm(w))
-    W = skew(w)
-    if theta < 1e-8:
-        V_inv = np.eye(3) - 0.5 * W
-    else:
-        V_inv = np.eye(3) - 0.5 * W + (1.0 - theta * math.sin(theta) / (2.0 * (1.0 - math.cos(theta)))) / theta ** 2 * (W @ W)
-    return np.r_[w, V_inv @ T[:3, 3]]
 
 
 def symmetric_pd(M: np.ndarray) -> Optional[np.ndarray]:
