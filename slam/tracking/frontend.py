@@ -61,7 +61,7 @@ class TrackingFrontend:
 
     def set_reference(self, kf_id: int, T_wc: np.ndarray, loops_seen: int = 0) -> None:
         """Frame poses from now on are relative to keyframe ``kf_id`` made at ``T_wc``, tracked
-        against a map that had applied ``loops_seen`` loop corrections (``len(snap.loop_edges)``)."""
+        against a map that had applied ``loops_seen`` loop corrections (``len(snap.loop_later)``)."""
         self.reference = (kf_id, T_wc.copy(), loops_seen)
 
     def follow_map(self, snap: Optional[MapSnapshot]) -> None:
