@@ -81,7 +81,7 @@ def test_a_gap_searches_before_the_refinement(world):
 
 
 def test_large_predicted_motion_in_a_slow_stream_searches_first(world):
-    """The same motion at 2 Hz (a frame every 0.5 s, above reinit.search_first_interval_s): a
+    """The same motion at 2 Hz (a frame every 0.5 s, above system.slow_stream_interval_s): a
     constant velocity over half a second is a poor guess, so the search runs before the refinement
     on every large prior (frames 2-4) although the prior would have held."""
     snap, _, frames = world

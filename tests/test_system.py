@@ -197,6 +197,30 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
         assert max(lags) > 1
 
 
+@pytest.mark.parametrize("slow", [True, False])
+def test_in_a_slow_stream_each_keyframe_is_mapped_before_the_next_frame(sample_run, slow):
+    """The sample at 30 Hz with the slow-stream interval below (slow) or above (default) its
+    frame interval, and a slow mapper: in a slow stream every frame is tracked against a map
+    that has every keyframe handed over before it (the sequential order); at camera rate the
+    tracker runs one keyframe ahead of the map (so the check can fail)."""
+    interval = 0.01 if slow else 0.1
+    cfg = sample_run.cfg(16, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
+                         f"system.slow_stream_interval_s={interval}")
+    system = SlamSystem(cfg)
+    lags = []
+
+    def lag(frame, rec, snap):
+        if snap is not None:
+            handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
+            lags.append(handed - max(snap.keyframe_poses))
+
+    system.frame_hooks.append(lag)
+    system.keyframe_hooks.append(lambda report: time.sleep(0.5))
+    system.run(open_source(cfg.data))
+    assert system.slow_stream() == slow
+    assert max(lags) == (0 if slow else 1), lags
+
+
 @pytest.mark.parametrize("threaded", [True, False])
 @pytest.mark.parametrize("damage", ["8-bit depth", "colour of another size"])
 def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded, damage):

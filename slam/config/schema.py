@@ -115,16 +115,13 @@ class QualityConfig:
 class ReinitConfig:
     """Coarse poses from features as extra starts of the dense refinement when the motion prior is
     not trustworthy: after a gap in the timestamps (searched first), or after a large predicted
-    motion (searched first in a slow stream, else only when the refinement from the prior fails
-    the quality test) (slam/tracking/reinit.py)."""
+    motion (searched first in a slow stream, see ``system.slow_stream_interval_s``, else only
+    when the refinement from the prior fails the quality test) (slam/tracking/reinit.py)."""
 
     enabled: bool = True
     gap_factor: float = 2.0           # a frame more than this x the usual interval after the last = gap
     max_prior_shift: float = 0.05     # m: a motion prior predicting more than this is not trusted ...
     max_prior_turn_deg: float = 3.0   # ... nor one turning more than this
-    search_first_interval_s: float = 0.1  # s: a large predicted motion searches before the refinement
-                                      # when the usual frame interval is longer (a slow stream); at
-                                      # camera rate only when the refinement from the prior fails
     keyframes: int = 2                # newest keyframes matched (ORB + PnP) for coarse poses
 
 
@@ -299,6 +296,13 @@ class SystemConfig:
                                     # keyframes old (with 4, a tracker faster than the mapper
                                     # tracked against maps 5 keyframes stale: H200, fused solver,
                                     # docs/benchmarks.md)
+    slow_stream_interval_s: float = 0.1  # s: a stream whose usual frame interval is longer is slow:
+                                    # a large predicted motion searches features before the
+                                    # refinement, and (threaded) each keyframe is mapped before the
+                                    # next frame is tracked, as a live mapper finishes it between
+                                    # such frames (slam/tracking/stream_clock.py). At camera rate
+                                    # the search runs only when the refinement from the prior
+                                    # fails, and the tracker runs max_unmapped_keyframes ahead
     seed: int = 0
     progress: bool = True
     profile_frames: int = 0         # CUDA: after the run, track the last frame again this many

@@ -73,6 +73,15 @@ class Channel:
             self._in_progress -= 1
             self._cond.notify_all()
 
+    def join(self) -> None:
+        """Block until every item put has been taken and, on ``until_done`` channels, done;
+        raises ``Closed`` when the channel is closed or aborted first."""
+        with self._cond:
+            while (self._items or self._in_progress) and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                raise Closed()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

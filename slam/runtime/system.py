@@ -131,6 +131,11 @@ class SlamSystem:
         """The map version the tracker uses now (None before the first keyframe is mapped)."""
         return self.smap.latest()
 
+    def slow_stream(self) -> bool:
+        """The input is slow (usual frame interval above ``system.slow_stream_interval_s``): the
+        threaded runner then lets each keyframe be mapped before the next frame is tracked."""
+        return self.frontend.clock.slow
+
     def track_frame(self, frame: Frame, obs: Optional[Observation] = None) -> tuple[FrameRecord, Optional[Keyframe]]:
         """Track one frame (tracking thread); returns its record and the keyframe it makes, if any.
         ``obs``: the frame's ``observation``, when it was staged ahead (``slam.runtime.staging``)."""

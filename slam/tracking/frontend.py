@@ -32,6 +32,7 @@ from slam.tracking.lost import LostPolicy
 from slam.tracking.reinit import Distrust, Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
 from slam.tracking.result import TrackResult
+from slam.tracking.stream_clock import StreamClock
 from slam.tracking.tracker import Tracker
 
 log = logging.getLogger("slam.tracking")
@@ -51,6 +52,7 @@ class TrackingFrontend:
         self.tracker = Tracker(cfg.tracking, cfg.quality, self.backend)
         self.policy = LostPolicy(cfg.relocalise.after_failures, cfg.relocalise.max_skip)
         self.reinit = Reinitialiser(cfg.reinit)
+        self.clock = StreamClock(cfg.reinit.gap_factor, cfg.system.slow_stream_interval_s)
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
         self.attempts = BackgroundAttempts(cfg.system.threaded)
@@ -106,7 +108,8 @@ class TrackingFrontend:
         world, at its ground-truth pose when known)."""
         prior = self.tracker.guess(timestamp) if self.tracker.prev is not None else None
         last = self.tracker.last_good if prior is not None else None
-        why = self.reinit.untrusted(timestamp, prior, last)
+        gap = self.clock.tick(timestamp)
+        why = self.reinit.untrusted(gap, self.clock.slow, prior, last)
         if snap is None:
             T_wc = gt_pose.copy() if gt_pose is not None else np.eye(4)
             self.tracker.initialise(T_wc, timestamp)

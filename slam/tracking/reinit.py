@@ -11,7 +11,7 @@ rate is usually predicted right (a camera turning fast keeps turning; over 33 ms
 barely changes), so there the coarse poses are searched only when the refinement from the prior
 fails the quality test: on TUM fr1/rpy (H200) a tenth of the frames predicted more than 3 degrees
 and paid 28 ms of ORB + PnP each, eagerly, a third of the tracking thread's time. In a slower
-stream (usual interval above ``reinit.search_first_interval_s``) a constant velocity over the
+stream (usual interval above ``system.slow_stream_interval_s``) a constant velocity over the
 interval is a poor guess and the search is cheap against the frame period, so it runs first: on
 7-Scenes at stride 16 (0.53 s) the search only after a failure let 2 wrong refinements from the
 prior pass as ok in every run. A failed previous frame alone does not make the
@@ -25,9 +25,8 @@ pays one ORB extraction and a few matches.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,7 +39,6 @@ from slam.mapping.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.features import OrbFeatures, orb_features, pnp_pose
 
-INTERVAL_HISTORY = 30     # frame intervals whose median is "the usual interval"
 FEATURE_CACHE = 16        # keyframes whose ORB features are kept
 
 
@@ -59,30 +57,21 @@ class Reinitialiser:
 
     def __init__(self, cfg: ReinitConfig) -> None:
         self.cfg = cfg
-        self._intervals: deque = deque(maxlen=INTERVAL_HISTORY)
-        self._last_stamp: Optional[float] = None
         self._features: OrderedDict = OrderedDict()   # keyframe frame index -> OrbFeatures
         self.attempts = 0
         self.ms = 0.0
 
-    def untrusted(self, timestamp: float, prior: np.ndarray, last: Optional[np.ndarray]) -> Optional[Distrust]:
-        """Why the motion prior ``prior`` (4, 4) for the frame at ``timestamp`` (s) is not to be
-        trusted, or None. ``last``: the last good pose estimate."""
-        gap = None
-        if self._last_stamp is not None:
-            dt = timestamp - self._last_stamp
-            if self._intervals and dt > self.cfg.gap_factor * statistics.median(self._intervals):
-                gap = dt
-            if dt > 0:
-                self._intervals.append(dt)
-        self._last_stamp = timestamp
+    def untrusted(self, gap: Optional[float], slow: bool, prior: np.ndarray,
+                  last: Optional[np.ndarray]) -> Optional[Distrust]:
+        """Why the motion prior ``prior`` (4, 4) is not to be trusted, or None. ``gap``: seconds
+        of a gap in the timestamps before this frame, or None (``StreamClock.tick``); ``slow``:
+        the stream is slow (``StreamClock.slow``); ``last``: the last good pose estimate."""
         if not self.cfg.enabled or last is None:
             return None
         if gap is not None:
             return Distrust(f"gap of {gap * 1e3:.0f} ms", eager=True)
         shift, turn = relative_motion(last, prior)
         if shift > self.cfg.max_prior_shift or math.degrees(turn) > self.cfg.max_prior_turn_deg:
-            slow = bool(self._intervals) and statistics.median(self._intervals) > self.cfg.search_first_interval_s
             return Distrust(f"large predicted motion ({shift * 100:.1f} cm, {math.degrees(turn):.1f} deg)", eager=slow)
         return None
 
