@@ -9,7 +9,7 @@ import torch
 
 import rasterizer
 from rasterizer import depth_edge_mask  # noqa: F401  (re-exported: the tracker's depth-edge mask)
-from slam.data.preprocess import scale_K
+from slam.camera import scale_K
 
 
 @dataclass

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from slam.data.preprocess import K_from_params, downscale_color, downscale_depth, scale_K
+from slam.camera import scale_K
+from slam.data.preprocess import K_from_params, downscale_color, downscale_depth
 
 
 def _project(K, X):

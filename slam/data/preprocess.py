@@ -1,9 +1,10 @@
-"""Image preprocessing shared by every loader: intrinsics helpers, undistortion, downscale.
+"""Image preprocessing shared by every loader: calibration parsing and checks, undistortion,
+downscale.
 
 Conventions: OpenCV pinhole, pixel centres at integer coordinates. Downscaling by an integer
-factor ``s`` maps pixel block ``[s*u, s*u + s)`` to pixel ``u``, so
-``fx' = fx/s, fy' = fy/s, cx' = (cx + 0.5)/s - 0.5, cy' = (cy + 0.5)/s - 0.5``. Images whose size
-is not a multiple of ``s`` are cropped at the right/bottom first (which leaves cx, cy unchanged).
+factor ``s`` maps pixel block ``[s*u, s*u + s)`` to pixel ``u``; the intrinsics follow
+``slam.camera.scale_K``. Images whose size is not a multiple of ``s`` are cropped at the
+right/bottom first (which leaves cx, cy unchanged).
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Optional, Sequence
 
 import cv2
 import numpy as np
-import torch
 
+from slam.camera import scale_K
 from slam.data.errors import CalibrationError
 
 
@@ -46,21 +47,6 @@ def distortion_array(d: Optional[Sequence[float]], where: str) -> Optional[np.nd
         raise CalibrationError(f"{where}: distortion must be 4, 5, 8, 12 or 14 finite OpenCV coefficients, "
                                f"got {arr.tolist()}")
     return None if not np.any(arr) else arr
-
-
-def scale_K(K, s: float):
-    """Intrinsics (3, 3) of an image downscaled by factor ``s`` (> 1 shrinks; OpenCV pixel-centre
-    convention). A numpy ``K`` comes back as float64; a tensor keeps its dtype and device."""
-    if isinstance(K, torch.Tensor):   # on the host in float64, back as one tensor: one op, not eight
-        return torch.tensor(scale_K(K.tolist(), s), dtype=K.dtype, device=K.device)
-    K2 = np.asarray(K, dtype=np.float64).copy()
-    if s == 1:
-        return K2
-    K2[0, 0] = K2[0, 0] / s
-    K2[1, 1] = K2[1, 1] / s
-    K2[0, 2] = (K2[0, 2] + 0.5) / s - 0.5
-    K2[1, 2] = (K2[1, 2] + 0.5) / s - 0.5
-    return K2
 
 
 def downscale_color(color: np.ndarray, s: int) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from plyfile import PlyData, PlyElement
 
-from slam.data.preprocess import scale_K
+from slam.camera import scale_K
 from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
 from slam.mapping.keyframes import Keyframe
 

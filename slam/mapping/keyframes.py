@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from slam.config import MappingConfig
-from slam.data.preprocess import scale_K
+from slam.camera import scale_K
 from slam.geometry import invert, relative_motion
 from slam.observation import Observation, depth_edge_mask
 

@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 import torch
 
-from slam.data.preprocess import scale_K
+from slam.camera import scale_K
 from slam.output.viewer_sinks import import_rerun, open_recording
 from slam.runtime.recorder import peak_rss_mb
 
