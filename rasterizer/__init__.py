@@ -69,13 +69,13 @@ from typing import NamedTuple, Optional
 import torch
 
 from ._inputs import check_spheres, zeros3
-from .gauss_newton import GaussNewtonResult, apply_increment, gauss_newton
+from .gauss_newton import GaussNewtonResult, increment_points, gauss_newton
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample
 from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "apply_increment", "robust_normal_equations", "adam_rows", "downsample",
+           "GaussNewtonResult", "increment_points", "robust_normal_equations", "adam_rows", "downsample",
            "depth_edge_mask"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")

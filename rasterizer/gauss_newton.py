@@ -71,10 +71,10 @@ from . import _ext
 from ._inputs import check_spheres, zeros3
 from ._model import DEPTH_EPS
 from .functions import _camera
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, apply_increment, gauss_newton_reference
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, increment_points, gauss_newton_reference
 from .normal_equations import unpack as unpack_normal_equations
 
-__all__ = ["gauss_newton", "GaussNewtonResult", "apply_increment", "PACKED_SIZE", "N_TRI",
+__all__ = ["gauss_newton", "GaussNewtonResult", "increment_points", "PACKED_SIZE", "N_TRI",
            "GN_BACKENDS"]
 
 GN_BACKENDS = ("auto", "cuda", "cpu", "reference")

@@ -1,7 +1,7 @@
 """PyTorch oracle of the fused Gauss-Newton pass (the model is in rasterizer/gauss_newton.py): the
 render's derivatives with respect to the pose increment by ``torch.func.jacfwd`` through the
 reference render (rasterizer/reference.py) of the spheres moved by the increment
-(``apply_increment``), then residuals, Huber weights, statistics and the normal equations with
+(``increment_points``), then residuals, Huber weights, statistics and the normal equations with
 PyTorch ops. Dense and slow (O(pixels x spheres x 6)): small images only.
 
 The residuals and statistics are formed in the render's dtype (float32 for float32 inputs, as the
@@ -20,7 +20,7 @@ PACKED_SIZE = N_TRI + N_PARAMS + 6       # + g, cost, l1, 4 counts (kGnValues in
 _TRI = torch.triu_indices(N_PARAMS, N_PARAMS)
 
 
-def apply_increment(means: torch.Tensor, delta: torch.Tensor, pivot_z: float) -> torch.Tensor:
+def increment_points(means: torch.Tensor, delta: torch.Tensor, pivot_z: float) -> torch.Tensor:
     """(N, 3) camera-frame points moved by the pose increment delta (6,) = (w rad, t m):
     X' = R(w) (X - p) + p + t with p = (0, 0, pivot_z). Computed as X + (R - I)(X - p) + t, so
     delta = 0 returns ``means`` bit for bit; differentiable in delta (torch.func too)."""
@@ -98,7 +98,7 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
     K = K.to(means.device, means.dtype)
 
     def render(delta):
-        moved = apply_increment(means, delta, pivot_z)
+        moved = increment_points(means, delta, pivot_z)
         c, d, a = render_reference(moved, radii, colors, opacities, K, width, height, background)
         return (c, d), (c, d, a)
 

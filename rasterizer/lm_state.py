@@ -55,7 +55,7 @@ from . import _ext
 from ._inputs import zeros3
 from .functions import _camera
 from .gauss_newton import _settings, _validate, f32
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, apply_increment
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, increment_points
 
 __all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
            "lm_phase_reference", "clamp_exposure", "LOG_GAIN_MAX", "BIAS_MAX", "BEGIN", "START", "PROPOSE",
@@ -138,11 +138,11 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
 
 
 def _apply_pivot_increment(x: np.ndarray, z: float, T_cw: np.ndarray) -> np.ndarray:
-    """pivot_increment(x[:6], z) @ T_cw (4, 4) through ``gn_reference.apply_increment`` (the
+    """pivot_increment(x[:6], z) @ T_cw (4, 4) through ``gn_reference.increment_points`` (the
     oracle's one definition of the increment): it is affine in the points, so it moves T's rotation
     columns as the difference of two moved points and its translation as a point."""
     pts = torch.from_numpy(np.concatenate([T_cw[:3, :3].T, T_cw[None, :3, 3], np.zeros((1, 3))]))
-    moved = apply_increment(pts, torch.from_numpy(np.asarray(x[:6], dtype=np.float64)), float(z)).numpy()
+    moved = increment_points(pts, torch.from_numpy(np.asarray(x[:6], dtype=np.float64)), float(z)).numpy()
     out = np.eye(4)
     out[:3, :3] = (moved[:3] - moved[4]).T
     out[:3, 3] = moved[3]

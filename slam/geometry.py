@@ -1,7 +1,8 @@
 """Rigid-body math: SO(3) / SE(3) exponential and logarithm maps and the adjoint (gtsam's Pose3
-convention: tangent = rotation rad, translation m), the SE(3) increment the tracker applies, pose
-inversion and composition, point transforms, the motion model, back-projection (numpy on the host,
-torch where the device needs it).
+convention: tangent = rotation rad, translation m), the SE(3) increment the tracker and the
+keyframe pose refinement apply, pose inversion and composition, corrections between two poses and
+their size, point transforms, the motion model, back-projection (numpy on the host, torch where
+the device needs it).
 
 Conventions: poses are 4x4 camera-to-world ``T_wc`` unless the name says ``T_cw``; OpenCV camera
 axes (x right, y down, z forward); translations in metres, angles in radians.
@@ -167,6 +168,27 @@ def orthonormalize(T: np.ndarray) -> np.ndarray:
     out[:3, :3] = R
     out[3] = (0.0, 0.0, 0.0, 1.0)
     return out
+
+
+def increment_pose(T_wc: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """The pose T_wc (4, 4) after the increment ``delta`` (6,) = (rotation vector rad, translation
+    m) applied left of its world-to-camera pose, about the camera centre: T_cw' = [exp(omega) | v]
+    T_cw (``pivot_increment(delta, 0)``; camera-frame points move as X' = R X + v). Returns the new
+    T_wc (4, 4) float64, re-orthonormalised."""
+    T_cw = invert(np.asarray(T_wc, dtype=np.float64))
+    return orthonormalize(invert(pivot_increment(np.asarray(delta, dtype=np.float64), 0.0) @ T_cw))
+
+
+def correction(T_before: np.ndarray, T_after: np.ndarray) -> np.ndarray:
+    """World-frame correction C (4, 4) float64 with T_after = C @ T_before (both (4, 4) T_wc),
+    re-orthonormalised."""
+    return orthonormalize(np.asarray(T_after, dtype=np.float64) @ invert(np.asarray(T_before, dtype=np.float64)))
+
+
+def motion_size(C: np.ndarray) -> tuple[float, float]:
+    """(translation m, rotation deg) of a 4x4 transform ``C``; the angle from the trace (acos)."""
+    c = (np.trace(C[:3, :3]) - 1.0) / 2.0
+    return float(np.linalg.norm(C[:3, 3])), math.degrees(math.acos(max(-1.0, min(1.0, c))))
 
 
 def constant_velocity_guess(T_prev2: np.ndarray | None, T_prev: np.ndarray, ratio: float = 1.0) -> np.ndarray:

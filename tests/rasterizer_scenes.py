@@ -178,7 +178,7 @@ def gn_observation(scene, delta=GN_DELTA, seed=0, noise=(0.03, 0.02), holes=0.1)
     obs_depth (H, W), valid (H, W) bool) on the CPU."""
     W, H = scene["width"], scene["height"]
     d = torch.tensor(delta, dtype=torch.float64)
-    moved = rasterizer.apply_increment(scene["means"].double(), d, GN_SETTINGS["pivot_z"]).float()
+    moved = rasterizer.increment_points(scene["means"].double(), d, GN_SETTINGS["pivot_z"]).float()
     out = rasterizer.rasterize_spheres(moved, scene["radii"], scene["colors"], scene["opacities"],
                                        scene["K"], W, H, backend="cpu")
     g = torch.Generator().manual_seed(seed)

@@ -117,7 +117,7 @@ def test_cost_only_equals_full_mode():
 def _residuals(scene, obs, delta):
     """(H, W, 4) float64 residual of the CPU render at the pose increment ``delta`` and its alpha."""
     S = GN_SETTINGS
-    m = rasterizer.apply_increment(scene["means"].double(), torch.tensor(delta, dtype=torch.float64),
+    m = rasterizer.increment_points(scene["means"].double(), torch.tensor(delta, dtype=torch.float64),
                                    S["pivot_z"]).float()
     out = rasterizer.rasterize_spheres(m, scene["radii"], scene["colors"], scene["opacities"],
                                        scene["K"], scene["width"], scene["height"], backend="cpu")
@@ -171,7 +171,7 @@ def test_matches_the_tracker_definitions():
     sph = [s[k] for k in ("radii", "colors", "opacities")]
 
     def render(delta):
-        m = rasterizer.apply_increment(s["means"], delta, S["pivot_z"])
+        m = rasterizer.increment_points(s["means"], delta, S["pivot_z"])
         out = rasterizer.rasterize_spheres(m, *sph, s["K"], W, H, backend="reference")
         return out.color, out.depth
 
@@ -222,14 +222,14 @@ def test_unpack_layout_and_symmetry():
     assert torch.equal(six.H, H[:6, :6]) and six.g.shape == (6,)
 
 
-def test_apply_increment_is_exact_at_zero_and_rigid():
+def test_increment_points_is_exact_at_zero_and_rigid():
     m = random_scene(20)["means"]
-    assert torch.equal(rasterizer.apply_increment(m, torch.zeros(6), 2.0), m)
+    assert torch.equal(rasterizer.increment_points(m, torch.zeros(6), 2.0), m)
     d = torch.tensor([0.3, -0.2, 0.1, 0.5, 0.0, -0.4], dtype=torch.float64)
-    a = rasterizer.apply_increment(m.double(), d, 2.0)
+    a = rasterizer.increment_points(m.double(), d, 2.0)
     assert torch.allclose(torch.cdist(a, a), torch.cdist(m.double(), m.double()), atol=1e-12)
     p = torch.tensor([[0.0, 0.0, 2.0]], dtype=torch.float64)   # the pivot only translates
-    assert torch.allclose(rasterizer.apply_increment(p, d, 2.0), p + d[3:])
+    assert torch.allclose(rasterizer.increment_points(p, d, 2.0), p + d[3:])
 
 
 def test_rejects_bad_inputs():
@@ -254,7 +254,7 @@ def test_rejects_bad_inputs():
 def test_point_motion_is_the_derivative_of_the_moved_projection(pivot_z):
     """rasterizer.point_motion (the Python statement of csrc/gn_math.h point_motion, used by the
     oracle's observation rows and the render-difference solver) against central differences of
-    the projection of points moved by apply_increment, every parameter."""
+    the projection of points moved by increment_points, every parameter."""
     from rasterizer.point_motion import point_motion
 
     g = torch.Generator().manual_seed(3)
@@ -267,7 +267,7 @@ def test_point_motion_is_the_derivative_of_the_moved_projection(pivot_z):
     for k in range(6):
         d = torch.zeros(6, dtype=torch.float64)
         d[k] = eps
-        numeric = (project(rasterizer.apply_increment(X, d, pivot_z)) - project(rasterizer.apply_increment(X, -d, pivot_z))) / (2 * eps)
+        numeric = (project(rasterizer.increment_points(X, d, pivot_z)) - project(rasterizer.increment_points(X, -d, pivot_z))) / (2 * eps)
         motion = point_motion(k, xn, yn, z, 1.0 / z, (z - pivot_z) / z, fx, fy)
         analytic = torch.stack([torch.zeros_like(z) if m is None else torch.as_tensor(m, dtype=z.dtype).expand_as(z)
                                 for m in motion], -1)

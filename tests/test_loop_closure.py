@@ -20,7 +20,7 @@ from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyfra
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
 from slam.mapping.keyframes import Keyframe
-from slam.mapping.pose_refine import apply_increment
+from slam.geometry import increment_pose
 from slam.loop.pose_graph import edge_residual
 from slam.loop.verify import Measurement
 from slam.output.metrics import trajectory_metrics
@@ -86,8 +86,8 @@ def test_the_closure_lowers_the_ate(loop_run):
 def _chain(n: int, jump_at: int, jump: np.ndarray) -> tuple[dict, dict]:
     """Truth: n keyframes 0.2 m apart on a line; tracked: the same with a jump (6-vector
     increment) in the relative pose jump_at - 1 -> jump_at."""
-    truth = {i: apply_increment(np.eye(4), np.array([0, 0, 0, 0.2 * i, 0, 0])) for i in range(n)}
-    tracked = {i: (T if i < jump_at else apply_increment(T, jump)) for i, T in truth.items()}
+    truth = {i: increment_pose(np.eye(4), np.array([0, 0, 0, 0.2 * i, 0, 0])) for i in range(n)}
+    tracked = {i: (T if i < jump_at else increment_pose(T, jump)) for i, T in truth.items()}
     return truth, tracked
 
 
@@ -102,7 +102,7 @@ def test_bridges_replace_the_tracker_across_a_loss_and_at_a_snap_only():
     rng = np.random.default_rng(0)
 
     def measure(new, old, T_init):      # the keyframes' own measurement: the truth, slightly noisy
-        noise = apply_increment(np.eye(4), np.r_[rng.normal(0, 1e-3, 3), rng.normal(0, 1e-3, 3)])
+        noise = increment_pose(np.eye(4), np.r_[rng.normal(0, 1e-3, 3), rng.normal(0, 1e-3, 3)])
         return Measurement(_rel(truth, old.kf_id, new.kf_id) @ noise, None, "icp"), None
 
     bridges = Bridges(cfg, measure)
@@ -124,7 +124,7 @@ def test_the_pose_graph_puts_a_snap_back_where_the_bridge_says():
     cfg = load_config("default.yaml", []).loop
     truth, tracked = _chain(12, 9, np.array([0, 0, 0, 0.06, 0, 0]))
     # the tracker drifted 6 cm by keyframe 8 and snapped back onto the map at 9
-    drifted = {i: (apply_increment(truth[i], np.array([0, 0, 0, 0.06 * i / 8, 0, 0])) if i < 9 else truth[i])
+    drifted = {i: (increment_pose(truth[i], np.array([0, 0, 0, 0.06 * i / 8, 0, 0])) if i < 9 else truth[i])
                for i in truth}
     loop = LoopEdge(0, 11, _rel(truth, 0, 11))
     plain = optimise_pose_graph(drifted, [loop], cfg, gauge=0)
@@ -158,14 +158,14 @@ def test_a_contested_snap_keeps_whichever_of_bridge_and_tracker_the_loops_and_th
         return np.mean([np.linalg.norm(poses[i][:3, 3] - truth[i][:3, 3]) for i in truth])
 
     # the tracker drifted 6 cm by keyframe 8 and snapped back at 9; the bridge is right, to 3 mm
-    snapped = {i: (apply_increment(truth[i], np.array([0, 0, 0, 0.06 * i / 8, 0, 0])) if i < 9 else truth[i])
+    snapped = {i: (increment_pose(truth[i], np.array([0, 0, 0, 0.06 * i / 8, 0, 0])) if i < 9 else truth[i])
                for i in truth}
     right = {(8, 9): Measurement(_rel(truth, 8, 9), info(0.003, 0.1), "icp")}
     sol = optimise_pose_graph(snapped, loops, cfg, gauge=0, untrusted=right, contested=frozenset(right))
     assert error(sol.poses) < 0.5 * error(snapped), (error(sol.poses), error(snapped))
     assert sol.contested[(8, 9, "bridge")] > 0.9 and sol.contested[(8, 9, "tracker")] < 0.1, sol.contested
     # the tracker is right and the bridge 6 cm off, claiming the odometry's own noise
-    off = apply_increment(np.eye(4), np.array([0, 0, 0, 0.06, 0, 0]))
+    off = increment_pose(np.eye(4), np.array([0, 0, 0, 0.06, 0, 0]))
     wrong = {(8, 9): Measurement(_rel(truth, 8, 9) @ off, info(cfg.odometry_sigma_trans, cfg.odometry_sigma_rot_deg), "icp")}
     kept = optimise_pose_graph(truth, loops, cfg, gauge=0, untrusted=wrong, contested=frozenset(wrong))
     replaced = optimise_pose_graph(truth, loops, cfg, gauge=0, untrusted=wrong)
@@ -208,8 +208,8 @@ def test_a_look_alike_place_is_rejected_by_verification():
 def test_pose_graph_spreads_the_loop_error_and_holds_the_gauge():
     from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
     cfg = load_config("default.yaml", []).loop
-    truth = {i: apply_increment(np.eye(4), np.array([0, 0, 0.3 * i, 0.1 * i, 0, 0])) for i in range(10)}
-    drift = {i: apply_increment(T, np.array([0, 0, 0, 0.004 * i, 0.002 * i, 0])) for i, T in truth.items()}
+    truth = {i: increment_pose(np.eye(4), np.array([0, 0, 0.3 * i, 0.1 * i, 0, 0])) for i in range(10)}
+    drift = {i: increment_pose(T, np.array([0, 0, 0, 0.004 * i, 0.002 * i, 0])) for i, T in truth.items()}
     edge = LoopEdge(0, 9, np.linalg.inv(truth[0]) @ truth[9])
     sol = optimise_pose_graph(drift, [edge], cfg, gauge=0)
     assert np.allclose(sol.poses[0], drift[0], atol=1e-6)
@@ -254,7 +254,7 @@ def _keyframe_pair(ka, kb):
     Ta, rgb_a, depth_a, K = _view(ka)
     Tb, rgb_b, depth_b, _ = _view(kb)
     truth = np.linalg.inv(Ta) @ Tb
-    start = apply_increment(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01]))
+    start = increment_pose(truth, np.array([0.01, -0.01, 0.005, 0.02, -0.015, 0.01]))
     return Keyframe(0, 0.0, Ta, rgb_a, depth_a, K, kf_id=0), Keyframe(1, 0.1, Tb, rgb_b, depth_b, K, kf_id=20), truth, start
 
 
@@ -313,7 +313,7 @@ def test_the_trackers_information_is_carried_to_the_body_frame_of_the_pose():
     B = rng.normal(size=(6, 6))
     H, z_pivot = B @ B.T + np.eye(6), 1.7
     I_body = pivot_information_to_body(H, z_pivot)
-    T_wc = apply_increment(np.eye(4), np.array([0.2, -0.1, 0.3, 0.5, 1.0, -0.4]))
+    T_wc = increment_pose(np.eye(4), np.array([0.2, -0.1, 0.3, 0.5, 1.0, -0.4]))
     for _ in range(5):
         delta = rng.normal(size=6) * 1e-6
         E = invert(T_wc) @ invert(pivot_increment(delta, z_pivot) @ invert(T_wc))   # T_wc E = T_wc'
@@ -346,7 +346,7 @@ def test_the_pose_graph_puts_a_loop_correction_where_the_tracker_saw_least():
     from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
     cfg = load_config("default.yaml", []).loop
     truth, _ = _chain(10, 10, np.zeros(6))
-    drifted = {i: apply_increment(T, np.array([0, 0, 0, 0.004 * i, 0, 0])) for i, T in truth.items()}
+    drifted = {i: increment_pose(T, np.array([0, 0, 0, 0.004 * i, 0, 0])) for i, T in truth.items()}
     loop = LoopEdge(0, 9, _rel(truth, 0, 9))
     sol = optimise_pose_graph(drifted, [loop], cfg, gauge=0, information={5: _weak_along_x(cfg)})
 

@@ -3,10 +3,10 @@ differences, Adam on it pulls a perturbed keyframe back, and the gauge keyframe 
 import numpy as np
 import torch
 
-from slam.geometry import invert
+from slam.geometry import increment_pose, invert
 from slam.map.render import render_spheres
 from slam.mapping.keyframes import Keyframe
-from slam.mapping.pose_refine import KeyframePoseRefiner, apply_increment, pose_gradient_from_points
+from slam.mapping.pose_refine import KeyframePoseRefiner, pose_gradient_from_points
 
 
 def _scene(n=300, seed=0):
@@ -40,7 +40,7 @@ def test_pose_gradient_matches_finite_differences():
     for i in range(6):
         e = np.zeros(6)
         e[i] = 1e-3
-        fd[i] = (loss_at(apply_increment(T_wc, e)) - loss_at(apply_increment(T_wc, -e))) / 2e-3
+        fd[i] = (loss_at(increment_pose(T_wc, e)) - loss_at(increment_pose(T_wc, -e))) / 2e-3
     g = delta.grad.numpy()
     assert np.abs(g).max() > 1e-3                       # a real, non-trivial gradient
     np.testing.assert_allclose(g, fd, rtol=0.1, atol=0.02 * np.abs(fd).max())
@@ -61,7 +61,7 @@ def test_pose_gradient_from_points_equals_autograd():
 def test_refiner_pulls_a_perturbed_keyframe_back_and_the_gauge_stays():
     means, radii, colors, opac, K = _scene(seed=2)
     target = render_spheres(means, radii, colors, opac, torch.eye(4), K, 48, 36, backend="cpu")
-    T0 = apply_increment(np.eye(4), np.array([0.01, -0.008, 0.005, 0.02, -0.015, 0.01]))
+    T0 = increment_pose(np.eye(4), np.array([0.01, -0.008, 0.005, 0.02, -0.015, 0.01]))
     kf = Keyframe(0, 0.0, T0, np.zeros((36, 48, 3), np.uint8), np.zeros((36, 48), np.float16), K.numpy(), kf_id=5)
     gauge = Keyframe(0, 0.0, T0.copy(), kf.color, kf.depth, K.numpy(), kf_id=0)
     refiner = KeyframePoseRefiner(lr_rot=2e-3, lr_trans=2e-3)

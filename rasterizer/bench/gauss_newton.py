@@ -31,7 +31,7 @@ SETTINGS = dict(pivot_z=3.0, gain=1.05, bias=0.01, depth_weight=1.0, huber=(0.1,
 def observation(params, K, w, h):
     """(obs_color, obs_depth, valid) on the spheres' device: the render at a small pose offset."""
     delta = torch.tensor([0.01, -0.01, 0.005, 0.02, -0.01, 0.03], dtype=torch.float64)
-    moved = rasterizer.apply_increment(params[0].double(), delta.to(params[0].device),
+    moved = rasterizer.increment_points(params[0].double(), delta.to(params[0].device),
                                        SETTINGS["pivot_z"]).float()
     out = rasterizer.rasterize_spheres(moved, *params[1:], K, w, h)
     g = torch.Generator(device="cpu").manual_seed(1)

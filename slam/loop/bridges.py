@@ -26,9 +26,8 @@ from typing import Optional
 import numpy as np
 
 from slam.config import LoopConfig
-from slam.geometry import invert
+from slam.geometry import correction, invert, motion_size
 from slam.mapping.keyframes import Keyframe
-from slam.mapping.pose_refine import correction, motion_size
 
 log = logging.getLogger("slam.loop")
 

@@ -13,12 +13,12 @@ import torch
 
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
-from slam.geometry import invert, orthonormalize, transform_points
+from slam.geometry import correction, invert, motion_size, orthonormalize, transform_points
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.mapping.keyframes import Keyframe, KeyframeStore, KeyframeView
-from slam.mapping.pose_refine import KeyframePoseRefiner, correction, motion_size
+from slam.mapping.pose_refine import KeyframePoseRefiner
 from slam.mapping.pruner import PruneReport, Pruner
 
 

@@ -5,7 +5,7 @@ The increment delta = (omega rad, v m) acts on the camera-frame means, X' = X + 
 left of the keyframe's world-to-camera pose (``slam.map.render.render_spheres(pose_delta=...)``).
 It is evaluated at delta = 0 on every step, so its gradient is exact: it comes from the
 rasterizer's backward through the camera-frame means (colour and depth both depend on them).
-The step is then folded into the keyframe's pose with the exact rotation,
+The step is then folded into the keyframe's pose with the exact rotation (``slam.geometry.increment_pose``),
 T_cw <- [exp(omega) | v] T_cw, and delta is zero again for the next step.
 
 The gauge is held by fixed keyframes (the map's first keyframe, a saved map's keyframes): their
@@ -14,13 +14,12 @@ bias correction, like the spheres' rows), on the host: six numbers a keyframe.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from slam.geometry import invert, orthonormalize, pivot_increment
+from slam.geometry import increment_pose
 
 ADAM_BETAS = (0.9, 0.999)   # Adam's usual moments: not tuning values (the step sizes are)
 ADAM_EPS = 1e-12
@@ -31,13 +30,6 @@ def pose_gradient_from_points(means_c: torch.Tensor, grad_means_c: torch.Tensor)
     camera-frame means (N, 3) metres and dL/d means (N, 3): the same value autograd gives through
     ``render_spheres(pose_delta=...)`` (a check, and for callers without a delta tensor)."""
     return torch.cat([torch.cross(means_c, grad_means_c, dim=1).sum(0), grad_means_c.sum(0)])
-
-
-def apply_increment(T_wc: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """The keyframe pose after increment ``delta`` (6,) (rad, m) on its world-to-camera pose:
-    T_cw' = [exp(omega) | v] T_cw; returns the new T_wc (4, 4) float64."""
-    T_cw = invert(np.asarray(T_wc, dtype=np.float64))
-    return orthonormalize(invert(pivot_increment(np.asarray(delta, dtype=np.float64), 0.0) @ T_cw))
 
 
 @dataclass
@@ -84,7 +76,7 @@ class KeyframePoseRefiner:
         m_hat = st.m / (1 - b1 ** st.steps)
         v_hat = st.v / (1 - b2 ** st.steps)
         delta = -self.lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
-        kf.T_wc = apply_increment(kf.T_wc, delta)
+        kf.T_wc = increment_pose(kf.T_wc, delta)
         self.steps += 1
         return delta
 
@@ -98,13 +90,3 @@ class KeyframePoseRefiner:
         for i in kf_ids:
             self._state.pop(i, None)
 
-
-def correction(T_before: np.ndarray, T_after: np.ndarray) -> np.ndarray:
-    """World-frame correction C (4, 4) with T_after = C @ T_before."""
-    return orthonormalize(np.asarray(T_after, dtype=np.float64) @ invert(np.asarray(T_before, dtype=np.float64)))
-
-
-def motion_size(C: np.ndarray) -> tuple[float, float]:
-    """(translation m, rotation deg) of a 4x4 transform."""
-    c = (np.trace(C[:3, :3]) - 1.0) / 2.0
-    return float(np.linalg.norm(C[:3, 3])), math.degrees(math.acos(max(-1.0, min(1.0, c))))
