@@ -57,7 +57,7 @@ def test_tracker_pyramid_downsamples_depth_like_the_loaders():
 
     from slam.data.frame import Frame
     from slam.data.preprocess import downscale_depth
-    from slam.mapping.keyframes import Keyframe
+    from slam.map.keyframes import Keyframe
     from slam.observation import Observation
 
     rng = np.random.default_rng(3)

@@ -9,7 +9,7 @@ from slam.data.sources import open_source
 from slam.data.trajectory_io import write_tum_trajectory
 from slam.eval.depth_consistency import depth_disagreement, keyframe_consistency, pair_table
 from slam.geometry import invert, pivot_increment
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.tools import depth_consistency as script
 
 

@@ -10,7 +10,7 @@ import torch
 from rasterizer.frame import MAX_FACTOR, downsample, reference
 from slam.data.frame import Frame
 from slam.data.preprocess import downscale_color, downscale_depth
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.observation import Observation
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -15,7 +15,7 @@ from slam.geometry import se3_exp
 from slam.loop.acceptance import Consistency, separation
 from slam.loop.pose_graph import LoopEdge
 from slam.loop.verify import Verification
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 
 
 gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")

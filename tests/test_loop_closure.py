@@ -19,7 +19,7 @@ from slam.data.sources import open_source
 from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.geometry import increment_pose
 from slam.loop.pose_graph import edge_residual
 from slam.loop.verify import Measurement

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from slam.map.map_io import load_keyframes, save_keyframes
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}

@@ -7,7 +7,7 @@ import torch
 from slam.config import load_config
 from slam.data.sources import open_source
 from slam.geometry import backproject
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.runtime.recorder import FrameRecord
 
 

@@ -5,7 +5,7 @@ import torch
 
 from slam.geometry import increment_pose, invert
 from slam.map.render import render_spheres
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.mapping.pose_refine import KeyframePoseRefiner, pose_gradient_from_points
 
 

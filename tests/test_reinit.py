@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from slam.geometry import invert, pivot_increment, relative_motion
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.tracking.frontend import TrackingFrontend
 from tracking_world import DT, K, T0, frame_obs, make_world, tracking_config
 from tracking_world import one_thread  # noqa: F401 (an autouse fixture: one CPU thread)

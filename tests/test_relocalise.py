@@ -22,7 +22,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}
 def _keyframes(n: int = 3) -> list:
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.mapping.keyframes import Keyframe
+    from slam.map.keyframes import Keyframe
 
     src = open_source(load_config(None, [f"data.last={5 * n}", "data.stride=5"]).data)
     kfs = [Keyframe.from_frame(f, f.gt_pose) for f in src]

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from slam.geometry import so3_exp
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.frontend import TrackingFrontend
 from slam.tracking.tracker import Tracker

@@ -27,7 +27,7 @@ import numpy as np
 
 from slam.config import LoopConfig
 from slam.geometry import correction, invert, motion_size
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 
 log = logging.getLogger("slam.loop")
 

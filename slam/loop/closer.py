@@ -27,7 +27,7 @@ from slam.loop.descriptor import global_descriptor, similarity
 from slam.loop.messages import LoopCorrection, LoopEvent
 from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
 from slam.loop.verify import LoopVerifier
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.geometry import correction, motion_size
 from slam.tracking.features import OrbFeatures, orb_features
 

@@ -32,7 +32,7 @@ from slam.config import LoopConfig, QualityConfig, TrackingConfig
 from slam.geometry import orthonormalize, pivot_increment
 from slam.loop.information import measurement_information
 from slam.loop.pose_graph import config_sigmas
-from slam.mapping.keyframes import Keyframe, KeyframeView
+from slam.map.keyframes import Keyframe, KeyframeView
 from slam.tracking.features import OrbFeatures, pnp_pose
 from slam.tracking.tracker import Tracker
 

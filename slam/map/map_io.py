@@ -22,7 +22,7 @@ from plyfile import PlyData, PlyElement
 
 from slam.camera import scale_K
 from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 
 log = logging.getLogger("slam.map")
 
@@ -189,7 +189,7 @@ def _shrink(kf, max_width: int):
 
 def save_keyframes(path: str | Path, keyframes: list, map_spheres: int, max_width: int = 320,
                    compress: bool = True) -> None:
-    """Write keyframes (``slam.mapping.keyframes.Keyframe``) as the side file (layout above), atomically.
+    """Write keyframes (``slam.map.keyframes.Keyframe``) as the side file (layout above), atomically.
     ``compress=False`` (autosaves) writes the same arrays uncompressed: about 20x less CPU time.
     The image arrays are streamed into the npz one keyframe at a time: no stacked host copy of
     the keyframe store is made (np.savez would need two: the stack and its dtype conversion)."""

@@ -17,7 +17,8 @@ from slam.geometry import correction, invert, motion_size, orthonormalize, trans
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, seed_spheres
-from slam.mapping.keyframes import Keyframe, KeyframeStore, KeyframeView
+from slam.map.keyframes import Keyframe, KeyframeView
+from slam.mapping.keyframes import KeyframeStore
 from slam.mapping.pose_refine import KeyframePoseRefiner
 from slam.mapping.pruner import PruneReport, Pruner
 

@@ -11,7 +11,7 @@ from slam.eval.depth_consistency import keyframe_consistency
 from slam.eval.failures import quality_detector, silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
 from slam.eval.trajectory import evaluate_trajectory
-from slam.mapping.keyframes import KeyframeView
+from slam.map.keyframes import KeyframeView
 from slam.runtime.recorder import peak_rss_mb
 from slam.runtime.result import RunResult
 from slam.tracking.relocalise import summarise

@@ -34,7 +34,8 @@ from slam.loop.pose_graph import gtsam_available
 from slam.map.map_io import load_saved_map_anchored
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
-from slam.mapping.keyframes import Keyframe, KeyframeSelector, KeyframeStore
+from slam.map.keyframes import Keyframe
+from slam.mapping.keyframes import KeyframeSelector, KeyframeStore
 from slam.mapping.mapper import Mapper, MappingReport
 from slam.observation import Observation
 from slam.runtime.device import prepare_device, resolve_device

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 
 from slam.geometry import invert, orthonormalize
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 
 # Fixed, not tuning values: they make feature matching work on small images (ORB needs about VGA
 # width, so smaller images are upsampled) and RANSAC robust. What to match and when to accept a

@@ -25,7 +25,7 @@ import numpy as np
 from slam.config import Config
 from slam.geometry import invert, orthonormalize
 from slam.map.snapshot import MapSnapshot
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.background import BackgroundAttempts
 from slam.tracking.lost import LostPolicy

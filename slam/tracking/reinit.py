@@ -35,7 +35,7 @@ import torch
 
 from slam.config import ReinitConfig
 from slam.geometry import relative_motion
-from slam.mapping.keyframes import Keyframe
+from slam.map.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.features import OrbFeatures, orb_features, pnp_pose
 
