@@ -9,9 +9,10 @@ image, camera_info. Publishes: ``~odom`` (nav_msgs/Odometry), ``/tf`` (REP-105),
 by default). Service ``~save_map`` (std_srvs/Trigger). On shutdown (Ctrl-C, SIGTERM,
 ``rosnode kill``) the run folder is written like ``run_slam``'s.
 
-Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when ``rospy`` is not on
-sys.path that path is appended (after the venv's site-packages), and ROS 1's message packages are
-imported from there even when ROS 2 wheels of the same names are in the venv (``import_rospy``).
+Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when the venv cannot import
+``rospy``, modules it cannot find are looked up there last (after the venv's site-packages), and
+ROS 1's message packages are imported from there even when ROS 2 wheels of the same names are in
+the venv (``import_rospy``).
 """
 from __future__ import annotations
 
@@ -35,16 +36,19 @@ BUFF_SIZE = 1 << 24   # rospy's default 64 KiB socket buffer adds seconds of lat
 
 
 def import_rospy():
-    """Import rospy, appending Debian's dist-packages to the end of sys.path if needed.
+    """Import rospy; where the environment cannot, from Debian's dist-packages, which is then
+    searched for any top-level module after everything else (``Ros1RootFinder``: what appending
+    the folder to the import path would do, without editing the path).
 
     ROS 1 and ROS 2 message packages share top-level names (``std_msgs``, ``sensor_msgs``,
     ``rosgraph_msgs`` ...). When the venv also holds ROS 2's wheels (``install.sh --ros2``), those
     would shadow ROS 1's, so every message/service package found next to rospy is imported from
-    there (``Ros1PackageFinder``), whatever comes first on sys.path."""
+    there (``Ros1PackageFinder``), whatever else comes first."""
     root = ros1_root()
     if root is not None:
-        if root not in sys.path:
-            sys.path.append(root)
+        if importlib.machinery.PathFinder.find_spec("rospy") is None and \
+                not any(isinstance(f, Ros1RootFinder) for f in sys.meta_path):
+            sys.meta_path.append(Ros1RootFinder(root))
         if not any(isinstance(f, Ros1PackageFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, Ros1PackageFinder(root))
     try:
@@ -56,16 +60,20 @@ def import_rospy():
 
 
 def ros1_root() -> Optional[str]:
-    """The sys.path entry (or Debian's dist-packages) that holds rospy; None when none does."""
-    for entry in [*sys.path, DIST_PACKAGES]:
-        if entry and os.path.isfile(os.path.join(entry, "rospy", "__init__.py")):
-            return entry
+    """The folder that holds the rospy package: where the environment imports it from, else
+    Debian's dist-packages when rospy is there; None when neither has it."""
+    spec = importlib.machinery.PathFinder.find_spec("rospy")
+    if spec is not None and spec.submodule_search_locations:
+        return os.path.dirname(next(iter(spec.submodule_search_locations)))
+    if os.path.isfile(os.path.join(DIST_PACKAGES, "rospy", "__init__.py")):
+        return DIST_PACKAGES
     return None
 
 
 class Ros1PackageFinder(importlib.abc.MetaPathFinder):
     """Imports the ROS 1 message/service packages (folders with ``msg/`` or ``srv/``) of ``root``
-    from ``root`` only, ahead of sys.path (where ROS 2 packages of the same names may come first)."""
+    from ``root`` only, ahead of every other finder (the venv may hold ROS 2 packages of the same
+    names)."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -74,6 +82,19 @@ class Ros1PackageFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.names:   # top-level only: submodules follow the package's __path__
+            return importlib.machinery.PathFinder.find_spec(fullname, [self.root])
+        return None
+
+
+class Ros1RootFinder(importlib.abc.MetaPathFinder):
+    """Imports any top-level module from ``root``; placed after every other finder, so it serves
+    only what the environment does not have (rospy and its Debian dependencies)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is None:             # top-level only: submodules follow the package's __path__
             return importlib.machinery.PathFinder.find_spec(fullname, [self.root])
         return None
 
