@@ -69,9 +69,9 @@ from typing import NamedTuple, Optional
 import torch
 
 from ._inputs import check_spheres, zeros3
-from .gauss_newton import GaussNewtonResult, increment_points, gauss_newton
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample
+from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",

@@ -71,7 +71,7 @@ from . import _ext
 from ._inputs import check_spheres, zeros3
 from ._model import DEPTH_EPS
 from .functions import _camera
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, increment_points, gauss_newton_reference
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, increment_points
 from .normal_equations import unpack as unpack_normal_equations
 
 __all__ = ["gauss_newton", "GaussNewtonResult", "increment_points", "PACKED_SIZE", "N_TRI",

@@ -258,6 +258,7 @@ def lm_random_state(rng, exposure=True, done=0.0):
     """A (STATE_SIZE,) float64 numpy LM state with a random well-posed packed result at CUR (H
     SPD), a random trial result, pose, exposure, pivot and damping."""
     import numpy as np
+
     from rasterizer import lm_state as L
     from rasterizer.gn_reference import N_TRI
     s = np.zeros(L.STATE_SIZE)

@@ -10,8 +10,15 @@ import cv2
 import numpy as np
 import pytest
 
-from data_helpers import (COLOR_TOPIC, DEPTH_TOPIC, INFO_TOPIC, write_7scenes_sequence, write_bag,
-                          write_replica_sequence, write_tum_sequence)
+from data_helpers import (
+    COLOR_TOPIC,
+    DEPTH_TOPIC,
+    INFO_TOPIC,
+    write_7scenes_sequence,
+    write_bag,
+    write_replica_sequence,
+    write_tum_sequence,
+)
 from slam.config import DataConfig
 from slam.data import open_source
 from slam.data.errors import CalibrationError, DataNotFoundError

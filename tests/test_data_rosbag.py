@@ -9,8 +9,7 @@ from data_helpers import COLOR_TOPIC, DEPTH_TOPIC, INFO_TOPIC, K_PARAMS, synthet
 from slam.config import DataConfig
 from slam.data import open_source
 from slam.data.frame import FrameError
-from slam.data.ros_convert import (RosConvertError, camera_info_to_K, color_to_rgb, depth_to_metres,
-                                   image_to_numpy, stamp_ns)
+from slam.data.ros_convert import RosConvertError, camera_info_to_K, color_to_rgb, depth_to_metres, image_to_numpy, stamp_ns
 from slam.data.rosbag import RosbagSource
 
 

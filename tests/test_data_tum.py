@@ -6,9 +6,8 @@ import pytest
 
 from data_helpers import K_PARAMS, synthetic_images, synthetic_pose, write_tum_sequence
 from slam.data.errors import CalibrationError
-from slam.data.tum import (TUM_CAMERAS, TumSource, associate, interpolate_pose, resolve_tum_calibration,
-                           tum_camera_for)
 from slam.data.trajectory_io import tum_from_pose
+from slam.data.tum import TUM_CAMERAS, TumSource, associate, interpolate_pose, resolve_tum_calibration, tum_camera_for
 
 
 def test_reads_frames_with_values_units_and_gt(tmp_path):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from data_helpers import synthetic_pose, write_7scenes_sequence, write_replica_sequence, write_tum_sequence
-from slam.eval.cli import main
 from slam.data.trajectory_io import write_tum_trajectory
+from slam.eval.cli import main
 
 
 def noisy(poses, scale=0.01, seed=0):

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
+from slam.data.trajectory_io import pose_from_tum, quat_to_rot, read_tum_trajectory, rot_to_quat, write_tum_trajectory
 from slam.eval.trajectory import evaluate_ate, evaluate_rpe, evaluate_trajectory
-from slam.data.trajectory_io import pose_from_tum, read_tum_trajectory, rot_to_quat, quat_to_rot, write_tum_trajectory
 
 
 def rot(axis, angle):

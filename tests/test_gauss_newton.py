@@ -10,8 +10,17 @@ import torch
 
 import rasterizer
 from rasterizer.gn_reference import pack
-from rasterizer_scenes import (GN_SETTINGS, adversarial_scenes, assert_gn_close, awkward_scenes,
-                               cosine, gn_observation, gn_run, random_scene, rel_l2)
+from rasterizer_scenes import (
+    GN_SETTINGS,
+    adversarial_scenes,
+    assert_gn_close,
+    awkward_scenes,
+    cosine,
+    gn_observation,
+    gn_run,
+    random_scene,
+    rel_l2,
+)
 
 ADV = adversarial_scenes()
 AWK = awkward_scenes()

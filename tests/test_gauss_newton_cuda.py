@@ -5,8 +5,16 @@ Skipped without CUDA (CI); run on a GPU machine with scripts/gpu_check.sh.
 import pytest
 import torch
 
-from rasterizer_scenes import (_scene, adversarial_scenes, assert_gn_close, awkward_scenes,
-                               gn_errors, gn_observation, gn_run, random_scene)
+from rasterizer_scenes import (
+    _scene,
+    adversarial_scenes,
+    assert_gn_close,
+    awkward_scenes,
+    gn_errors,
+    gn_observation,
+    gn_run,
+    random_scene,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),

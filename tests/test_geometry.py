@@ -3,9 +3,17 @@ import cv2
 import numpy as np
 import torch
 
-from slam.geometry import (backproject, constant_velocity_guess, invert, orthonormalize, pivot_increment,
-                           so3_exp, so3_log,
-                           relative_motion, transform_points)
+from slam.geometry import (
+    backproject,
+    constant_velocity_guess,
+    invert,
+    orthonormalize,
+    pivot_increment,
+    relative_motion,
+    so3_exp,
+    so3_log,
+    transform_points,
+)
 
 
 def pose_from_increment(delta) -> np.ndarray:

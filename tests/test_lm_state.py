@@ -8,8 +8,17 @@ import torch
 
 import rasterizer
 from rasterizer import lm_state as L
-from rasterizer_scenes import (GN_SETTINGS, LM_ROBUST, LM_SETTINGS, assert_gn_close, gn_observation,
-                               lm_eval_inputs, lm_pose, lm_random_state, random_scene)
+from rasterizer_scenes import (
+    GN_SETTINGS,
+    LM_ROBUST,
+    LM_SETTINGS,
+    assert_gn_close,
+    gn_observation,
+    lm_eval_inputs,
+    lm_pose,
+    lm_random_state,
+    random_scene,
+)
 from slam.geometry import pivot_increment, transform_points
 from slam.tracking import lm
 

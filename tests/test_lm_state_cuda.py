@@ -13,8 +13,17 @@ import torch
 
 import rasterizer
 from rasterizer import lm_state as L
-from rasterizer_scenes import (LM_ROBUST, LM_SETTINGS, assert_gn_close, gn_observation,
-                               lm_eval_inputs, lm_pose, lm_random_state, random_scene, world_means)
+from rasterizer_scenes import (
+    LM_ROBUST,
+    LM_SETTINGS,
+    assert_gn_close,
+    gn_observation,
+    lm_eval_inputs,
+    lm_pose,
+    lm_random_state,
+    random_scene,
+    world_means,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),

@@ -17,7 +17,6 @@ from slam.loop.pose_graph import LoopEdge
 from slam.loop.verify import Verification
 from slam.map.keyframes import Keyframe
 
-
 gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")
 
 CM = 0.01

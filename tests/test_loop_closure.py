@@ -13,19 +13,18 @@ import pytest
 import torch
 
 from slam.config import load_config
+from slam.data.sources import open_source
 from slam.data.synthetic import room
 from slam.data.synthetic.loop import generate_loop, loop_pose
-from slam.data.sources import open_source
-from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
-from slam.map.snapshot import MapSnapshot
-from slam.map.sphere_map import SphereMap
-from slam.map.keyframes import Keyframe
 from slam.geometry import increment_pose
 from slam.loop.pose_graph import edge_residual
 from slam.loop.verify import Measurement
+from slam.map.keyframes import Keyframe
+from slam.map.map_io import keyframes_path, load_saved_map_anchored, save_keyframes, save_map
+from slam.map.snapshot import MapSnapshot
+from slam.map.sphere_map import SphereMap
 from slam.output.metrics import trajectory_metrics
 from slam.runtime.system import SlamSystem
-
 
 gtsam = pytest.importorskip("gtsam", reason="loop closure needs gtsam (setup.py requirement)")
 

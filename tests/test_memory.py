@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slam.map.map_io import load_keyframes, save_keyframes
 from slam.map.keyframes import Keyframe
+from slam.map.map_io import load_keyframes, save_keyframes
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}

@@ -58,8 +58,8 @@ def test_mesh_from_rendered_map(tmp_path):
     """A map seeded from the keyframes' own depth, rendered and fused, lands on the same surfaces."""
     import open3d as o3d
 
-    from slam.output.mesh import write_mesh
     from slam.map.sphere_map import SphereMap
+    from slam.output.mesh import write_mesh
 
     kfs = _sample_keyframes(step=10, last=30)
     pts = np.concatenate([_world_points(k)[::3] for k in kfs])

@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from slam.geometry import increment_pose, invert
-from slam.map.render import render_spheres
 from slam.map.keyframes import Keyframe
+from slam.map.render import render_spheres
 from slam.mapping.pose_refine import KeyframePoseRefiner, pose_gradient_from_points
 
 

@@ -2,8 +2,8 @@
 import torch
 
 from slam.config import PrunerConfig
-from slam.mapping.pruner import Pruner, adapt_factor
 from slam.map.sphere_map import SphereMap
+from slam.mapping.pruner import Pruner, adapt_factor
 
 
 def make_map(n=10, opacity=0.8):

@@ -3,8 +3,7 @@ import pytest
 import torch
 
 import rasterizer
-from rasterizer_scenes import (adversarial_scenes, assert_grads_close, compare, random_scene,
-                               render)
+from rasterizer_scenes import adversarial_scenes, assert_grads_close, compare, random_scene, render
 
 ADV = adversarial_scenes()
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 import rasterizer
-from rasterizer_scenes import (adversarial_scenes, assert_grads_close,
-                               compare, cosine, random_scene, rel_l2, render)
+from rasterizer_scenes import adversarial_scenes, assert_grads_close, compare, cosine, random_scene, rel_l2, render
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),

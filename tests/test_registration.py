@@ -7,7 +7,7 @@ from slam.config import DataConfig
 from slam.data import open_source
 from slam.data.errors import CalibrationError
 from slam.data.preprocess import K_from_params
-from slam.data.registration import ColorRegistration, edge_alignment, estimate_registration, _edge_samples
+from slam.data.registration import ColorRegistration, _edge_samples, edge_alignment, estimate_registration
 
 W, H = 160, 120
 K_DEPTH = K_from_params([146.0, 146.0, 80.0, 60.0])

@@ -10,8 +10,15 @@ import pytest
 from slam.geometry import invert, pivot_increment, relative_motion
 from slam.map.keyframes import Keyframe
 from slam.tracking.frontend import TrackingFrontend
-from tracking_world import DT, K, T0, frame_obs, make_world, tracking_config
-from tracking_world import one_thread  # noqa: F401 (an autouse fixture: one CPU thread)
+from tracking_world import (
+    DT,
+    T0,
+    K,
+    frame_obs,
+    make_world,
+    one_thread,  # noqa: F401 (an autouse fixture: one CPU thread)
+    tracking_config,
+)
 
 # The camera turns 0.9 deg per frame about a point 2 m ahead (3 cm): 4 frames of constant motion.
 TURN = np.array([0.0, 0.015, 0.0, 0.0, 0.0, 0.0])

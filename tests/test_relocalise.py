@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from slam.map.map_io import (MapFormatError, SideFileError, keyframes_path, load_keyframes, load_saved_map, save_keyframes,
-                         save_map)
+from slam.map.map_io import (
+    MapFormatError,
+    SideFileError,
+    keyframes_path,
+    load_keyframes,
+    load_saved_map,
+    save_keyframes,
+    save_map,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "RERUN_ANALYTICS": "0"}

@@ -29,8 +29,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ros_helpers import (tracked_poses, REPO, bag_settings, odometry_matches_run_folder, read_trajectory, run_slam, same_trajectory,
-                         sample_stamps, start, stop, write_bag)
+
+from ros_helpers import (
+    REPO,
+    bag_settings,
+    odometry_matches_run_folder,
+    read_trajectory,
+    run_slam,
+    same_trajectory,
+    sample_stamps,
+    start,
+    stop,
+    tracked_poses,
+    write_bag,
+)
 
 N_FRAMES = 10
 ATE_TOL_M = 0.005          # |ATE(node, live) - ATE(run_slam, TUM files)|

@@ -29,8 +29,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ros_helpers import (tracked_poses, CAMERA_FRAME, REPO, TOPICS, bag_settings, odometry_matches_run_folder, read_trajectory,
-                         run_slam, same_trajectory, sample_stamps, start, stop, write_bag)
+
+from ros_helpers import (
+    CAMERA_FRAME,
+    REPO,
+    TOPICS,
+    bag_settings,
+    odometry_matches_run_folder,
+    read_trajectory,
+    run_slam,
+    same_trajectory,
+    sample_stamps,
+    start,
+    stop,
+    tracked_poses,
+    write_bag,
+)
 
 N_FRAMES = 30
 POSE_TOL_M = 1e-4          # live node vs offline bag loader, per pose

@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from slam.runtime.channel import Closed
 from slam.config import ConfigError, load_config
+from slam.data.ros_convert import stamp_ns
+from slam.data.stamp_matcher import StampMatcher
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
-from slam.data.ros_convert import stamp_ns
 from slam.ros.bridge import SlamBridge, snapshot_rows
 from slam.ros.live_source import LiveSource
 from slam.ros.messages import MessageFactory, rosbags_flavour
 from slam.ros.params import RosParams, params_from_mapping, topics
 from slam.ros.recording import OutputRecord
-from slam.data.stamp_matcher import StampMatcher
+from slam.runtime.channel import Closed
 
 STORES = {"ros1": get_typestore(Stores.ROS1_NOETIC), "ros2": get_typestore(Stores.ROS2_HUMBLE)}
 for _ts in STORES.values():   # tf2_msgs is not in rosbags' stores: add /tf's message from its definition

@@ -73,6 +73,7 @@ def test_the_stop_line_a_caller_passes_replaces_the_stop_reason(no_gt_metrics, t
 
 def test_relocalisation_and_quality_test_lines():
     from pathlib import Path
+
     from slam.output.summary import summary_text
     m = {"frames": 10, "relocalisation": {"mode": "slam", "attempts": 3, "succeeded": 1, "ms_mean": 420.0,
                                           "ms_max": 900.0},

@@ -229,6 +229,7 @@ def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded, d
     the summary says that the run stopped early and why. The threaded run shows its progress, so
     the status lines of the phases after the last frame are checked there too."""
     import cv2
+
     from data_helpers import write_tum_sequence
     n, bad = 10, 6
     seq = write_tum_sequence(tmp_path / "seq", n=n)

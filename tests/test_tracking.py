@@ -12,7 +12,6 @@ from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm
 
 
-
 @pytest.fixture(scope="module")
 def sample_map(sample_run):
     # On the CPU wherever the tests run: the checks below build CPU tensors beside the map.

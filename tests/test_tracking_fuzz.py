@@ -26,8 +26,18 @@ from slam.map.keyframes import Keyframe
 from slam.observation import Observation
 from slam.tracking.frontend import TrackingFrontend
 from slam.tracking.tracker import Tracker
-from tracking_world import DT, H, K, T0, T1, W, frame_obs, make_world, tracking_config
-from tracking_world import one_thread  # noqa: F401 (an autouse fixture: one CPU thread)
+from tracking_world import (
+    DT,
+    T0,
+    T1,
+    H,
+    K,
+    W,
+    frame_obs,
+    make_world,
+    one_thread,  # noqa: F401 (an autouse fixture: one CPU thread)
+    tracking_config,
+)
 
 NAN, INF = float("nan"), float("inf")
 

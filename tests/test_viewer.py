@@ -55,8 +55,8 @@ class _SlowRecording:
 
 
 def test_hook_never_blocks_and_keeps_every_scalar_when_the_viewer_lags():
-    from slam.runtime.recorder import FrameRecord
     from slam.output.viewer import RerunViewer
+    from slam.runtime.recorder import FrameRecord
 
     rec = _SlowRecording(delay=0.02)
     viewer = RerunViewer(rec, torch.device("cpu"), queue=2)

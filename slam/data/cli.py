@@ -14,8 +14,7 @@ import sys
 from typing import Optional
 
 from slam.data.errors import ArchiveError, DataNotFoundError
-from slam.data.fetch import (ENV_CACHE, ENV_MIRROR, data_root, entry_dir, recorded_hash, sequence_folder,
-                             source_url)
+from slam.data.fetch import ENV_CACHE, ENV_MIRROR, data_root, entry_dir, recorded_hash, sequence_folder, source_url
 from slam.data.registry import REGISTRY, lookup
 
 COLUMNS = ("NAME (data.path)", "DATASET", "CACHED", "CHECKSUM", "ARCHIVE")

@@ -38,8 +38,8 @@ import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import Frame, FrameError, FrameSource
-from slam.data.preprocess import Preprocessor
 from slam.data.paired_frames import PairedFrames, frame_from_images
+from slam.data.preprocess import Preprocessor
 from slam.data.sequence import select, skip_frame
 from slam.data.stamp_matcher import StampMatcher
 

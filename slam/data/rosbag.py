@@ -33,11 +33,18 @@ import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError, SkipFrame
 from slam.data.frame import Frame, FrameError, FrameSource
-from slam.data.preprocess import K_from_params, Preprocessor, distortion_array
-from slam.data.ros_convert import (COLOR_ENCODINGS, DEPTH_ENCODINGS, RosConvertError,
-                                   camera_info_distortion, camera_info_to_K, color_to_rgb,
-                                   depth_to_metres, stamp_ns)
 from slam.data.paired_frames import PairedFrames, frame_from_images
+from slam.data.preprocess import K_from_params, Preprocessor, distortion_array
+from slam.data.ros_convert import (
+    COLOR_ENCODINGS,
+    DEPTH_ENCODINGS,
+    RosConvertError,
+    camera_info_distortion,
+    camera_info_to_K,
+    color_to_rgb,
+    depth_to_metres,
+    stamp_ns,
+)
 from slam.data.sequence import select, skip_frame
 from slam.data.stamp_matcher import StampMatcher
 

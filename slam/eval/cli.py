@@ -20,8 +20,8 @@ from typing import Optional, Sequence
 from slam.config import DataConfig
 from slam.data.frame import FrameError
 from slam.data.sources import load_ground_truth
-from slam.eval.trajectory import ate_over_prefixes, evaluate_trajectory
 from slam.data.trajectory_io import read_tum_trajectory
+from slam.eval.trajectory import ate_over_prefixes, evaluate_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:

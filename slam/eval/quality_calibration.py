@@ -77,7 +77,7 @@ def perturbed(T_wc: np.ndarray, shift: float, turn_deg: float, rng: np.random.Ge
 def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
     """Run SLAM on ``frames`` with ``cfg`` (which must include ``OPEN_TEST``) and record the samples
     described in the module doc."""
-    from slam.runtime.system import SlamSystem   # the system pulls in the whole stack
+    from slam.runtime.system import SlamSystem  # the system pulls in the whole stack
     from slam.tracking.tracker import Tracker
 
     system = SlamSystem(cfg)

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import LoopConfig, QualityConfig, TrackingConfig
+from slam.geometry import correction, motion_size
 from slam.loop import guard
 from slam.loop.acceptance import Consistency, Path, significant
 from slam.loop.bridges import Bridges
@@ -28,7 +29,6 @@ from slam.loop.messages import LoopCorrection, LoopEvent
 from slam.loop.pose_graph import LoopEdge, optimise_pose_graph
 from slam.loop.verify import LoopVerifier
 from slam.map.keyframes import Keyframe
-from slam.geometry import correction, motion_size
 from slam.tracking.features import OrbFeatures, orb_features
 
 log = logging.getLogger("slam.loop")

@@ -21,8 +21,8 @@ import torch
 from plyfile import PlyData, PlyElement
 
 from slam.camera import scale_K
-from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
 from slam.map.keyframes import Keyframe
+from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM
 
 log = logging.getLogger("slam.map")
 

@@ -26,7 +26,6 @@ from typing import Optional
 import torch
 
 import rasterizer
-
 from slam.map.snapshot import MapSnapshot
 
 PARAM_DIM = 8

@@ -14,13 +14,13 @@ import torch
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
 from slam.geometry import correction, invert, motion_size, orthonormalize, transform_points
+from slam.map.keyframes import Keyframe, KeyframeView
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, seed_spheres
-from slam.map.keyframes import Keyframe, KeyframeView
 from slam.mapping.keyframes import KeyframeStore
 from slam.mapping.pose_refine import KeyframePoseRefiner
-from slam.mapping.pruner import PruneReport, Pruner
+from slam.mapping.pruner import Pruner, PruneReport
 
 
 @dataclass

@@ -10,12 +10,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from slam.config import Config, dump_config
+from slam.data.trajectory_io import write_tum_trajectory
 from slam.map.map_io import save_map, save_map_pair
 from slam.output.journal import TRAJECTORY_HEADER, write_frames_csv, write_json_atomic
 from slam.output.mesh import write_mesh
 from slam.output.plots import write_plots
 from slam.runtime.result import RunResult
-from slam.data.trajectory_io import write_tum_trajectory
 
 log = logging.getLogger("slam.output.run_folder")
 

@@ -69,9 +69,9 @@ def log_run(rec, run: Path, max_points: int = 200_000) -> dict:
     """Log everything found in ``run`` to the rerun recording ``rec``; returns what was logged."""
     import rerun as rr
 
+    from slam.data.trajectory_io import read_tum_trajectory
     from slam.map.map_io import keyframes_path, load_keyframes, load_map_rows
     from slam.map.sphere_map import activate
-    from slam.data.trajectory_io import read_tum_trajectory
 
     done: dict = {}
     t_range = None

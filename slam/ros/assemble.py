@@ -17,9 +17,15 @@ import numpy as np
 
 from slam.data.frame import Frame, FrameError, validate_frame
 from slam.data.preprocess import K_from_params, Preprocessor, distortion_array
-from slam.data.ros_convert import (COLOR_ENCODINGS, DEPTH_ENCODINGS, RosConvertError,
-                                   camera_info_distortion, camera_info_to_K, color_to_rgb,
-                                   depth_to_metres)
+from slam.data.ros_convert import (
+    COLOR_ENCODINGS,
+    DEPTH_ENCODINGS,
+    RosConvertError,
+    camera_info_distortion,
+    camera_info_to_K,
+    color_to_rgb,
+    depth_to_metres,
+)
 
 log = logging.getLogger("slam.ros")
 

@@ -27,6 +27,7 @@ import torch
 from slam.config import Config
 from slam.data.frame import SourceStats
 from slam.data.ros_convert import stamp_ns
+from slam.data.stamp_matcher import StampMatcher
 from slam.map.map_io import save_map
 from slam.map.sphere_map import logit
 from slam.output.journal import Autosaver, RunJournal
@@ -38,7 +39,6 @@ from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
 from slam.ros.live_source import LiveSource
 from slam.ros.params import RosParams, topics
-from slam.data.stamp_matcher import StampMatcher
 from slam.runtime.channel import Closed
 from slam.runtime.system import SlamSystem
 

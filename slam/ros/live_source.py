@@ -7,8 +7,8 @@ import threading
 from collections import deque
 from typing import Iterator
 
-from slam.runtime.channel import Closed
 from slam.data.frame import Frame, FrameSource
+from slam.runtime.channel import Closed
 
 log = logging.getLogger("slam.ros")
 

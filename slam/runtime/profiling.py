@@ -15,7 +15,6 @@ from slam.observation import Observation
 from slam.tracking.fused import CAPTURE_AFTER
 from slam.tracking.tracker import Tracker
 
-
 # Host calls that put work on the GPU (the CUDA runtime's names as the profiler records them); a
 # graph launch puts a whole captured frame there with one call.
 HOST_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",

@@ -31,10 +31,10 @@ from slam.data.frame import Frame
 from slam.geometry import orthonormalize
 from slam.loop.closer import LoopCloser
 from slam.loop.pose_graph import gtsam_available
+from slam.map.keyframes import Keyframe
 from slam.map.map_io import load_saved_map_anchored
 from slam.map.snapshot import MapSnapshot
 from slam.map.sphere_map import SphereMap
-from slam.map.keyframes import Keyframe
 from slam.mapping.keyframes import KeyframeSelector, KeyframeStore
 from slam.mapping.mapper import Mapper, MappingReport
 from slam.observation import Observation

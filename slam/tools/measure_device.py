@@ -31,6 +31,7 @@ from typing import Optional
 
 import psutil
 
+
 def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
     """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MiB, largest
     first (``top`` of them; None: all)."""

@@ -69,8 +69,8 @@ def main(argv=None) -> int:
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
     def import_slam():
-        import slam.cli  # noqa: F401  (everything a run imports up front)
         import rasterizer
+        import slam.cli  # noqa: F401  (everything a run imports up front)
         mods["rasterizer"] = rasterizer
 
     st.run("import slam.cli, rasterizer", import_slam)

@@ -24,8 +24,8 @@ import numpy as np
 
 from slam.config import Config
 from slam.geometry import invert, orthonormalize
-from slam.map.snapshot import MapSnapshot
 from slam.map.keyframes import Keyframe
+from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
 from slam.tracking.background import BackgroundAttempts
 from slam.tracking.lost import LostPolicy

@@ -33,8 +33,8 @@ import torch
 
 from slam.config import QualityConfig, RelocaliseConfig, TrackingConfig
 from slam.geometry import orthonormalize
-from slam.map.snapshot import MapSnapshot
 from slam.map.keyframes import Keyframe
+from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
 from slam.tracking.features import orb_features, pnp_pose
 from slam.tracking.tracker import Tracker

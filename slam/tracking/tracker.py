@@ -36,8 +36,14 @@ import numpy as np
 import torch
 
 from slam.config import QualityConfig, TrackingConfig
-from slam.geometry import (constant_velocity_guess, invert, orthonormalize, pivot_increment,
-                           pivot_information_to_body, relative_motion)
+from slam.geometry import (
+    constant_velocity_guess,
+    invert,
+    orthonormalize,
+    pivot_increment,
+    pivot_information_to_body,
+    relative_motion,
+)
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation, depth_edge_mask
 from slam.tracking import lm

@@ -14,9 +14,22 @@ import math
 
 import numpy as np
 
-from slam.data.synthetic.textures import (mat_blobby, mat_books, mat_ceiling, mat_checker_box, mat_floor,
-                                          mat_front_wall, mat_noise_wall, mat_plain_noise, mat_rings, mat_rug,
-                                          mat_wallpaper, mat_wood, mix, smoothstep)
+from slam.data.synthetic.textures import (
+    mat_blobby,
+    mat_books,
+    mat_ceiling,
+    mat_checker_box,
+    mat_floor,
+    mat_front_wall,
+    mat_noise_wall,
+    mat_plain_noise,
+    mat_rings,
+    mat_rug,
+    mat_wallpaper,
+    mat_wood,
+    mix,
+    smoothstep,
+)
 
 WIDTH, HEIGHT = 160, 120
 FX = FY = 130.0  # ~63.2 deg horizontal, ~49.5 deg vertical field of view
