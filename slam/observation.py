@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 import rasterizer
-from rasterizer import depth_edge_mask  # noqa: F401  (re-exported: the tracker's depth-edge mask)
 from slam.camera import scale_K
 
 

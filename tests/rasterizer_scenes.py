@@ -31,7 +31,9 @@ def random_scene(n, width=48, height=36, seed=0, z=(1.0, 4.0), r=(0.01, 0.12), o
 
 
 def _scene(means, radii, colors, opac, width, height, f=None):
-    t = lambda v: torch.as_tensor(v, dtype=torch.float32)
+    def t(v):
+        return torch.as_tensor(v, dtype=torch.float32)
+
     means = t(means).reshape(-1, 3)
     n = means.shape[0]
     return dict(means=means, radii=t(radii).reshape(n), colors=t(colors).reshape(n, 3),
@@ -119,7 +121,9 @@ def render(scene, backend, device="cpu", cotangent_seed=0, background=(0.1, 0.2,
     if n > 0:
         loss.backward()
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in ps]
-    cpu = lambda ts: [t.detach().cpu() for t in ts]
+    def cpu(ts):
+        return [t.detach().cpu() for t in ts]
+
     st = [stats.weight_sum, stats.error_sum, stats.count] if stats is not None else []
     return cpu(out), cpu(grads), cpu(st)
 
@@ -194,7 +198,9 @@ def gn_run(scene, backend, obs, device="cpu", **overrides):
     replace settings or pass exposure / derivatives / background) -> GaussNewtonResult."""
     kw = dict(GN_SETTINGS, **overrides)
     exposure = kw.get("exposure", True)
-    to = lambda t: t.to(device)
+    def to(t):
+        return t.to(device)
+
     sph = [to(scene[k]) for k in ("means", "radii", "colors", "opacities")]
     if kw.get("background") is not None:
         kw["background"] = to(kw["background"])
@@ -207,7 +213,9 @@ def gn_run(scene, backend, obs, device="cpu", **overrides):
 
 def gn_errors(a, b):
     """Relative errors of a against b (H: Frobenius, g: L2, cost, l1) and the count differences."""
-    rel = lambda x, y: abs(x - y) / abs(y) if y != 0 else abs(x - y)
+    def rel(x, y):
+        return abs(x - y) / abs(y) if y != 0 else abs(x - y)
+
     return dict(H=rel_l2(a.H, b.H), g=rel_l2(a.g, b.g), cost=rel(a.cost, b.cost),
                 l1=rel(a.l1, b.l1), n_valid=abs(a.n_valid - b.n_valid),
                 n_covered=abs(a.n_covered - b.n_covered),
@@ -283,7 +291,9 @@ def lm_eval_inputs(scene, obs, device):
     """(world means, radii, colors, opacities, K, W, H, obs_color, obs_depth, valid) on ``device``
     for rasterizer.lm_state.gauss_newton_lm, with the world frame of lm_pose()."""
     wm = world_means(scene, lm_pose())
-    to = lambda t: t.to(device)
+    def to(t):
+        return t.to(device)
+
     return (to(wm), to(scene["radii"]), to(scene["colors"]), to(scene["opacities"]), scene["K"],
             scene["width"], scene["height"], *(to(o) for o in obs))
 

@@ -171,7 +171,7 @@ def test_malformed_index_line(seq):
 
 def test_association_gap_beyond_tolerance(seq, caplog):
     lines = (seq / "depth.txt").read_text().splitlines()
-    (seq / "depth.txt").write_text("\n".join(l for l in lines if not l.startswith("100.07")) + "\n")
+    (seq / "depth.txt").write_text("\n".join(line for line in lines if not line.startswith("100.07")) + "\n")
     with caplog.at_level(logging.WARNING, logger="slam.data"):
         src = tum(seq, max_time_diff=0.01)
     assert len(src) == 4 and src.stats.skipped == 1

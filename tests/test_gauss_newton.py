@@ -245,8 +245,10 @@ def test_rejects_bad_inputs():
     s = random_scene(10, 16, 12)
     obs = gn_observation(s)
     sph = [s[k] for k in ("means", "radii", "colors", "opacities")]
-    call = lambda *o, **kw: rasterizer.gauss_newton(*sph, s["K"], 16, 12, *o,
-                                                    **dict(GN_SETTINGS, **kw))
+
+    def call(*o, **kw):
+        return rasterizer.gauss_newton(*sph, s["K"], 16, 12, *o, **dict(GN_SETTINGS, **kw))
+
     with pytest.raises(ValueError, match="obs_color"):
         call(obs[0][:5], obs[1], obs[2])
     with pytest.raises(TypeError, match="valid"):
@@ -276,7 +278,8 @@ def test_point_motion_is_the_derivative_of_the_moved_projection(pivot_z):
     for k in range(6):
         d = torch.zeros(6, dtype=torch.float64)
         d[k] = eps
-        numeric = (project(rasterizer.increment_points(X, d, pivot_z)) - project(rasterizer.increment_points(X, -d, pivot_z))) / (2 * eps)
+        numeric = (project(rasterizer.increment_points(X, d, pivot_z))
+                   - project(rasterizer.increment_points(X, -d, pivot_z))) / (2 * eps)
         motion = point_motion(k, xn, yn, z, 1.0 / z, (z - pivot_z) / z, fx, fy)
         analytic = torch.stack([torch.zeros_like(z) if m is None else torch.as_tensor(m, dtype=z.dtype).expand_as(z)
                                 for m in motion], -1)

@@ -69,7 +69,10 @@ def test_cuda_evaluation_and_pair_room(n, w, h):
     ample = _eval_state(4 * m + 1000, inputs)
     assert exact[L.OVERFLOW] == 0 and ample[L.OVERFLOW] == 0 and exact[L.MAX_PAIRS + 1] == m
     assert _eval_state(m - 1, inputs)[L.OVERFLOW] == 1
-    unpack = lambda s: rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
+
+    def unpack(s):
+        return rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
+
     assert_gn_close(unpack(exact), unpack(ample), rel=1e-6, rel_cost=1e-7, counts=0)
     assert_gn_close(unpack(ample), unpack(cpu), rel=1e-4, rel_cost=1e-5, counts=max(2, w * h // 10000))
 
@@ -81,7 +84,10 @@ def test_cuda_evaluation_observation_term():
     cpu = _eval_state(1, lm_eval_inputs(scene, obs, "cpu"), obs_weight=0.5)
     cuda = _eval_state(1 << 20, lm_eval_inputs(scene, obs, "cuda"), obs_weight=0.5)
     exact = _eval_state(1 << 20, lm_eval_inputs(scene, obs, "cuda"))
-    unpack = lambda s: rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
+
+    def unpack(s):
+        return rasterizer.GaussNewtonResult.unpack(s[L.TRIAL:].clone())
+
     assert_gn_close(unpack(cuda), unpack(cpu), rel=1e-4, rel_cost=1e-5, counts=2)
     assert unpack(cuda).cost == unpack(exact).cost and not torch.equal(unpack(cuda).H, unpack(exact).H)
 

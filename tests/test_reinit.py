@@ -65,7 +65,7 @@ def test_large_predicted_motion_that_fails_searches(world, monkeypatch):
     make it) and large: its refinement fails, the features are searched, the frame is tracked."""
     snap, _, frames = world
     frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
-    results = run(frontend, snap, frames, [k * DT for k in range(3)])
+    run(frontend, snap, frames, [k * DT for k in range(3)])
     wrong = POSES[3].copy()
     wrong[:3, :3] = pivot_increment(np.array([0.0, 1.57, 0.0, 0.0, 0.0, 0.0]), 0.0)[:3, :3] @ wrong[:3, :3]
     monkeypatch.setattr(frontend.tracker, "guess", lambda timestamp=None: wrong.copy())

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from rasterizer import depth_edge_mask
 from slam.data.sources import open_source
 from slam.geometry import invert, pivot_increment
 from slam.map.snapshot import MapSnapshot
-from slam.observation import Observation, depth_edge_mask
+from slam.observation import Observation
 from slam.tracking import lm
 
 

@@ -99,7 +99,8 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     n = 10
     rrd = tmp_path / "run.rrd"
     res = subprocess.run([sys.executable, "-m", "slam.cli", "--set", f"data.last={n}", "--set", "viewer.map_every=4",
-                          "--set", "output.mesh=true", "--set", "mapping.final_iters=0", "--rrd", str(rrd), "--out", str(tmp_path / "run"), "--quiet"],
+                          "--set", "output.mesh=true", "--set", "mapping.final_iters=0", "--rrd", str(rrd),
+                          "--out", str(tmp_path / "run"), "--quiet"],
                          env=ENV, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert rrd.is_file() and rrd.stat().st_size > 10_000

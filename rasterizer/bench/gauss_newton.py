@@ -43,7 +43,10 @@ def observation(params, K, w, h):
 
 def calls(params, K, w, h, obs):
     """The timed calls: name -> zero-argument function."""
-    gn = lambda d: rasterizer.gauss_newton(*params, K, w, h, *obs, derivatives=d, **SETTINGS)
+
+    def gn(derivatives: bool):
+        return rasterizer.gauss_newton(*params, K, w, h, *obs, derivatives=derivatives, **SETTINGS)
+
     return {"forward": lambda: rasterizer.rasterize_spheres(*params, K, w, h),
             "gauss_newton": lambda: gn(True), "cost_only": lambda: gn(False)}
 
@@ -148,7 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--cpu-only", action="store_true")
     a = ap.parse_args(argv)
-    parse_res = lambda s: [tuple(int(x) for x in r.split("x")) for r in s.split(",")]
+
+    def parse_res(s: str) -> list:   # "160x120,320x240" -> [(160, 120), (320, 240)]
+        return [tuple(int(x) for x in r.split("x")) for r in s.split(",")]
+
     print(f"fused Gauss-Newton benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{platform.node()}")
     if torch.cuda.is_available() and not a.cpu_only:

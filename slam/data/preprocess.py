@@ -24,7 +24,8 @@ def K_from_params(params: Sequence[float], where: str = "intrinsics") -> np.ndar
     except (TypeError, ValueError):
         raise CalibrationError(f"{where}: intrinsics must be 4 numbers [fx, fy, cx, cy], got {params!r}") from None
     if p.shape != (4,) or not np.all(np.isfinite(p)) or p[0] <= 0 or p[1] <= 0:
-        raise CalibrationError(f"{where}: intrinsics must be 4 finite numbers [fx, fy, cx, cy] with fx, fy > 0, got {list(params)}")
+        raise CalibrationError(f"{where}: intrinsics must be 4 finite numbers [fx, fy, cx, cy] with fx, fy > 0, "
+                               f"got {list(params)}")
     return np.array([[p[0], 0.0, p[2]], [0.0, p[1], p[3]], [0.0, 0.0, 1.0]])
 
 

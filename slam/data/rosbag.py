@@ -150,7 +150,8 @@ class RosbagSource(FrameSource):
                 conn, _, raw = item
                 msg = reader.deserialize(raw, conn.msgtype)
             except Exception as exc:
-                reason = f"{self.path}: read error after {paired.delivered} frames ({type(exc).__name__}: {exc}); stream ends here"
+                reason = (f"{self.path}: read error after {paired.delivered} frames ({type(exc).__name__}: {exc}); "
+                          "stream ends here")
                 log.warning(reason)
                 self.stats.skip(reason)
                 break

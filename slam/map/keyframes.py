@@ -14,9 +14,10 @@ from typing import Optional
 import numpy as np
 import torch
 
+from rasterizer import depth_edge_mask
 from slam.camera import scale_K
 from slam.geometry import invert
-from slam.observation import Observation, depth_edge_mask
+from slam.observation import Observation
 
 
 @dataclass

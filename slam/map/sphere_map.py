@@ -239,7 +239,10 @@ class SphereMap:
         self.n = 0
         self.frozen = 0
         self._grow(int(rows.shape[0]))
-        self.params.zero_(); self.exp_avg.zero_(); self.exp_avg_sq.zero_(); self.steps.zero_()
+        self.params.zero_()
+        self.exp_avg.zero_()
+        self.exp_avg_sq.zero_()
+        self.steps.zero_()
         for v in self.stats.values():
             v.zero_()
         self.params[: rows.shape[0]] = rows.to(self.device, torch.float32)

@@ -5,9 +5,10 @@ from typing import Optional
 
 import torch
 
+from rasterizer import depth_edge_mask
 from slam.config import MappingConfig
 from slam.geometry import backproject, transform_points
-from slam.observation import Observation, depth_edge_mask
+from slam.observation import Observation
 
 
 def candidate_mask(obs: Observation, render, cfg: MappingConfig) -> torch.Tensor:

@@ -250,7 +250,10 @@ class RerunViewer:
         idx = None
         if n > self.max_points:
             idx = torch.linspace(0, n - 1, self.max_points, device=snap.means.device).long()
-        sel = (lambda t: t if idx is None else t[idx])
+
+        def sel(t: torch.Tensor) -> torch.Tensor:   # the shown subset of a per-sphere tensor
+            return t if idx is None else t[idx]
+
         means = sel(snap.means).float().cpu().numpy()
         colors = (sel(snap.colors).clamp(0, 1) * 255).to(torch.uint8).cpu().numpy()
         radii = sel(snap.radii).float().cpu().numpy()

@@ -16,10 +16,11 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from rasterizer import depth_edge_mask
 from rasterizer.lm_state import clamp_exposure
 from rasterizer.normal_equations import packed_size, robust_normal_equations, unpack
 from rasterizer.point_motion import point_motion
-from slam.observation import Observation, depth_edge_mask
+from slam.observation import Observation
 
 # The normal equations are reduced over bands of at most this many pixels: the float32 Jacobian
 # buffer is 8 parameters x 4 channels x BAND_PIXELS floats (2.6 MB) instead of a whole image's

@@ -11,8 +11,8 @@ rasterizer pass per evaluation (the render's exact pose derivative blended with 
 frame's image gradients), with the LM state on the device. The reference solver here
 (``renders``) gets the Jacobian two ways, with no backward pass: the first ``analytic_iters``
 iterations linearise the render itself (its image gradients times the pixel motion of its
-back-projected depth: no extra render), the rest use finite differences (six extra forward renders per iteration: exact for the render,
-including footprint changes and disocclusions, so the final iterations settle where the true
+back-projected depth: no extra render), the rest use finite differences (six extra forward renders
+per iteration: exact for the render, including footprint changes and disocclusions, so the final iterations settle where the true
 cost is lowest). Every step is accepted only if a real render lowers the cost. Coarse-to-fine
 over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker
 only renders detached snapshots under ``no_grad``: nothing reaches the map. The LM math
@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from rasterizer import depth_edge_mask
 from slam.config import QualityConfig, TrackingConfig
 from slam.geometry import (
     constant_velocity_guess,
@@ -45,7 +46,7 @@ from slam.geometry import (
     relative_motion,
 )
 from slam.map.snapshot import MapSnapshot
-from slam.observation import Observation, depth_edge_mask
+from slam.observation import Observation
 from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
 from slam.tracking.quality import RELATIVE, RecentLevel, TrackQuality, conditioning, judge, pixel_counts
