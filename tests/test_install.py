@@ -116,3 +116,13 @@ def test_a_failed_kernel_build_only_warns(fake_env):
     assert rc == 0
     assert "warning: the rasterizer kernels did not build" in stderr
     assert "CPU kernels NOT built" in lines[-1][1]
+
+
+def test_ci_runs_the_readme_test_command_with_the_lint():
+    """.ci/run's command is the README's test command, character for character, and it lints
+    (ruff, from the test extra) before the tests."""
+    command = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert "    " + command in (REPO / "README.md").read_text().splitlines()
+    assert command.startswith("bash scripts/install.sh --test ")
+    assert " && .venv/bin/python -m ruff check . && " in command
+    assert "ruff" in (REPO / "setup.py").read_text().split('"test":', 1)[1].split("]", 1)[0]
