@@ -1,4 +1,5 @@
-"""A frame's images as device tensors, with the image pyramid and depth-edge masking SLAM uses."""
+"""A frame's images as device tensors, with the image pyramid SLAM uses (the depth-edge mask is the
+rasterizer's ``depth_edge_mask``)."""
 from __future__ import annotations
 
 import threading
