@@ -19,6 +19,38 @@ def test_every_shipped_config_loads():
         assert isinstance(load_config(name), Config)
 
 
+def _strings(node, key=""):
+    """(key, value) of every string in a parsed YAML document, nested keys joined by dots."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v, key)
+    elif isinstance(node, str):
+        yield key, node
+
+
+def test_no_shipped_config_names_a_path_outside_the_package():
+    """A shipped config works wherever the package is installed: no absolute path, no home-relative
+    one, no '..' (ROS topic names are names, not paths). Data comes from the bundled sample, the
+    data cache (a registry name, downloaded on first use) or the user's --set data.path."""
+    import yaml
+    from slam.data.registry import lookup
+    offenders = []
+    for config in sorted(configs_dir().glob("*.yaml")):
+        for key, value in _strings(yaml.safe_load(config.read_text()) or {}):
+            if key.endswith("_topic"):
+                continue
+            parts = value.replace("\\", "/").split("/")
+            if value.startswith(("/", "~", "\\")) or ".." in parts or (len(value) > 1 and value[1] == ":"):
+                offenders.append(f"{config.name}: {key}: {value}")
+    assert offenders == []
+    for name in ("default", "tum", "7scenes", "replica"):        # the datasets' configs run out of the box
+        path = load_config(name).data.path
+        assert path == "sample" or lookup(path) is not None, (name, path)
+
+
 def test_bare_name_resolves_to_shipped_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # works from any folder
     cfg = load_config("7scenes.yaml")
