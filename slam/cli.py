@@ -24,6 +24,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from slam.config import ConfigError, load_config
+from slam.data.errors import DataNotFoundError, DownloadError
 from slam.data.frame import FrameError
 from slam.data.sources import open_source
 from slam.map.map_io import MapFormatError
@@ -126,6 +127,15 @@ def _stopped_early(exc: BaseException, frames: int, total: Optional[int]) -> str
     return f"early, on an error after {read} frames (the error is the last line below)"
 
 
+def _data_path_hint(exc: BaseException, config: str, overrides: list, path: str) -> str:
+    """For data that is not where ``data.path`` says (not a failed download, which explains
+    itself): where the path came from and how to give another, appended to the error line."""
+    if not isinstance(exc, DataNotFoundError) or isinstance(exc, DownloadError):
+        return ""
+    origin = "--set" if any(o.strip().startswith("data.path=") for o in overrides) else config
+    return f" (data.path '{path}' from {origin}: give your data with --set data.path=PATH; docs/DATA.md)"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -150,7 +160,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         source = open_source(cfg.data)
     except (FrameError, FileNotFoundError, ValueError) as exc:
-        print(f"run_slam: {exc}", file=sys.stderr)
+        print(f"run_slam: {exc}{_data_path_hint(exc, args.config, args.overrides, cfg.data.path)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # e.g. during a download: its .part file resumes next time
         print("run_slam: interrupted before the run started", file=sys.stderr)

@@ -51,6 +51,19 @@ def test_no_shipped_config_names_a_path_outside_the_package():
         assert path == "sample" or lookup(path) is not None, (name, path)
 
 
+def test_a_missing_data_path_names_where_it_came_from(tmp_path, monkeypatch, capsys):
+    """rosbag.yaml's data.path is a placeholder for the user's recording: run as shipped, the
+    error names the path, the config it came from and the option that gives another."""
+    from slam.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", "rosbag.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "recording.bag" in err and "from rosbag.yaml" in err and "--set data.path=PATH" in err
+    assert main(["--config", "rosbag.yaml", "--set", f"data.path={tmp_path / 'mine.bag'}"]) == 2
+    err = capsys.readouterr().err
+    assert "mine.bag" in err and "from --set" in err
+
+
 def test_bare_name_resolves_to_shipped_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # works from any folder
     cfg = load_config("7scenes.yaml")
