@@ -28,11 +28,7 @@ from slam.data.errors import DataNotFoundError, DownloadError
 from slam.data.frame import FrameError
 from slam.data.sources import open_source
 from slam.map.map_io import MapFormatError
-from slam.output.journal import Autosaver, RunJournal
-from slam.output.metrics import collect_metrics
-from slam.output.run_folder import attach_log, make_run_dir, write_outputs
-from slam.output.summary import summary_text
-from slam.output.viewer import attach_viewer
+from slam.output.session import RunSession
 from slam.runtime.system import SlamSystem
 from slam.runtime.threads import RERAISED
 
@@ -177,13 +173,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
             print(f"run_slam: cannot use saved map: {exc}", file=sys.stderr)
             return 2
-    run_dir = make_run_dir(cfg, args.out)
-    handler = attach_log(run_dir)
-    # Written while the run goes, so that even kill -9 leaves a trajectory and the last autosaved map.
-    journal = RunJournal(run_dir)
-    system.frame_hooks.append(journal.hook)
-    autosaver = Autosaver(run_dir, cfg, system.result, source.stats)
-    system.keyframe_hooks.append(autosaver.hook)
+    session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave
+    run_dir = session.run_dir
     log.info("run folder %s, device %s, config %s", run_dir, system.device, args.config)
     try:
         total = len(source)
@@ -195,18 +186,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     # A process started in the background by a non-interactive shell inherits SIGINT as ignored;
     # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    viewer = None
-    if cfg.viewer.enabled or cfg.viewer.rrd or cfg.viewer.serve:  # rerun is imported only when a viewer is wanted
-        try:
-            viewer = attach_viewer(system, cfg.viewer, connect=args.connect)
-        except Exception as exc:  # noqa: BLE001 - a viewer problem must not stop the run
-            log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
-            print(f"run_slam: viewer disabled: {exc}", file=sys.stderr)
-        else:
-            if viewer.live is not None:
-                log.info("live view: %s (data %s)", viewer.live.page_url, viewer.live.grpc_url)
-                print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
-                      f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
+    viewer = session.attach_viewer(connect=args.connect)   # None unless asked for; never stops the run
+    if session.viewer_error is not None:
+        print(f"run_slam: viewer disabled: {session.viewer_error}", file=sys.stderr)
+    elif viewer is not None and viewer.live is not None:
+        print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
+              f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
     rc, error_line, failure = 0, None, None
     try:
         system.run(source, progress)
@@ -225,31 +210,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         late_interrupts = _defer_interrupts()
         progress.close()
         source.close()
-        journal.close()
-        autosaver.close()
-        if viewer is not None:
-            viewer.close()
-    if rc == 0 and system.device.type == "cuda":
-        progress.phase("profiling the tracker on the last frame (GPU ms, kernel launches)")
-        try:  # GPU ms and kernel launches per frame, measured after the run (not in its timing)
-            system.profile_tracking()
-        except Exception as exc:  # noqa: BLE001 - a profiling problem must not lose the outputs
-            log.warning("tracking profile failed: %s: %s", type(exc).__name__, exc)
-    result = system.result()
-    every = cfg.output.eval_images_every
-    progress.phase("evaluating: trajectory against the ground truth, depth agreement"
-                   + (f", PSNR/SSIM on {len(result.keyframes[::every])} keyframes" if every and result.keyframes else ""))
-    metrics = collect_metrics(result, source.stats, every)
-    if viewer is not None:
-        metrics["viewer"] = viewer.stats()
-    metrics["autosave"] = autosaver.stats()
-    write_outputs(run_dir, cfg, result, metrics, status=progress.phase)
-    stopped = _stopped_early(failure, metrics["frames"], total) if failure is not None else None
-    print(summary_text(metrics, run_dir, stopped), flush=True)
+        session.close_writers()
+    stopped = (lambda metrics: _stopped_early(failure, metrics["frames"], total)) if failure is not None else None
+    session.finish(status=progress.phase, stopped=stopped, profile=rc == 0)
     if error_line is not None:
         print(error_line, file=sys.stderr, flush=True)
-    logging.getLogger("slam").removeHandler(handler)
-    handler.close()
     return 130 if late_interrupts and rc == 0 else rc
 
 

@@ -6,7 +6,8 @@
     sub(depth)  -> bridge.on_depth(msg)
     sub(info)   -> bridge.on_camera_info(msg)
     srv(save)   -> bridge.save_map()            # -> (ok, message)
-    on shutdown -> bridge.shutdown()            # writes the run folder exactly like ``run_slam``
+    on shutdown -> bridge.shutdown()            # writes the run folder like ``run_slam``: the same
+                                                # ``slam.output.session.RunSession``
 
 Per tracked frame (tracking thread, cheap): Odometry + TF. A side thread publishes the point
 cloud of sphere centres and the rendered image, each throttled, so tracking never waits for them.
@@ -30,11 +31,7 @@ from slam.data.ros_convert import stamp_ns
 from slam.data.stamp_matcher import StampMatcher
 from slam.map.map_io import save_map
 from slam.map.sphere_map import logit
-from slam.output.journal import Autosaver, RunJournal
-from slam.output.metrics import collect_metrics
-from slam.output.run_folder import attach_log, make_run_dir, write_outputs
-from slam.output.summary import summary_text
-from slam.output.viewer import attach_viewer
+from slam.output.session import RunSession
 from slam.ros import out_data
 from slam.ros.assemble import FrameAssembler, FrameDropped
 from slam.ros.live_source import LiveSource
@@ -100,13 +97,10 @@ class SlamBridge:
         self.source = LiveSource(params.queue_size, params.queue_policy)
         self.system = SlamSystem(cfg)
         self.system.frame_hooks.append(self._on_tracked)
-        self.run_dir = make_run_dir(cfg, params.out or None)
-        self._log_handler = attach_log(self.run_dir)
-        self.journal = RunJournal(self.run_dir)       # survives kill -9: see slam/output/journal.py
-        self.system.frame_hooks.append(self.journal.hook)
-        self.autosaver = Autosaver(self.run_dir, cfg, self.system.result, self.source.stats)
-        self.system.keyframe_hooks.append(self.autosaver.hook)
-        self.viewer = self._attach_viewer(cfg)
+        # run folder, log.txt, journal (survives kill -9), autosave, the live view (viewer.*) if asked for
+        self.session = RunSession(self.system, cfg, self.source.stats, out=params.out or None)
+        self.run_dir = self.session.run_dir
+        self.session.attach_viewer()
         self.camera_frame = params.camera_frame or ""
         self.drops: dict = {}
         self.qos_incompatible: dict = {}   # "topic (peer)" -> {"policy", "count"}
@@ -130,20 +124,6 @@ class SlamBridge:
         self.metrics: Optional[dict] = None
         log.info("ROS bridge: colour '%s', depth '%s', camera_info '%s', tf mode %s, run folder %s",
                  self.topics["color"], self.topics["depth"], self.topics["info"], self.tf_mode, self.run_dir)
-
-    def _attach_viewer(self, cfg: Config):
-        """The rerun live view (``viewer.*``: e.g. ``viewer.serve=true`` for browsers), or None.
-        A viewer problem is logged and never stops the node."""
-        if not (cfg.viewer.enabled or cfg.viewer.rrd or cfg.viewer.serve):   # rerun is not even imported
-            return None
-        try:
-            viewer = attach_viewer(self.system, cfg.viewer)
-        except Exception as exc:  # noqa: BLE001 - see docstring
-            log.warning("viewer disabled: %s: %s", type(exc).__name__, exc)
-            return None
-        if viewer.live is not None:
-            log.info("live view in a browser: %s (native viewer: rerun %s)", viewer.live.page_url, viewer.live.grpc_url)
-        return viewer
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -180,27 +160,11 @@ class SlamBridge:
             self._wake.set()
             if self._extras is not None:
                 self._extras.join(10.0)
-            stats = self.input_stats()
-            self.journal.close()
-            self.autosaver.close()
-            if self.viewer is not None:
-                self.viewer.close()
-            result = self.system.result()
-            metrics = collect_metrics(result, stats, self.cfg.output.eval_images_every)
-            metrics["ros_input"] = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
-                                    "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
-                                    "published_odometry": self.published,
-                                    "qos_incompatible": dict(self.qos_incompatible)}
-            metrics["autosave"] = self.autosaver.stats()
-            if self.viewer is not None:
-                metrics["viewer"] = self.viewer.stats()
-            write_outputs(self.run_dir, self.cfg, result, metrics)
-            log.info("run finished:\n%s", summary_text(metrics, self.run_dir))
-            print(summary_text(metrics, self.run_dir), flush=True)
-            logging.getLogger("slam").removeHandler(self._log_handler)
-            self._log_handler.close()
-            self.metrics = metrics
-            return metrics
+            ros_input = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
+                         "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
+                         "published_odometry": self.published, "qos_incompatible": dict(self.qos_incompatible)}
+            self.metrics = self.session.finish(self.input_stats(), extra={"ros_input": ros_input})
+            return self.metrics
 
     def input_stats(self) -> SourceStats:
         """Every frame lost before tracking: unpaired, bad, waiting for CameraInfo, queue full."""
