@@ -12,8 +12,8 @@ as (P(P+1)/2 + P + 1,) float64: H's upper triangle row by row, then g, then the 
 into ``out`` so that a caller can reduce an image band by band and read one result. The CUDA
 kernel sums in float per thread and block and adds blocks in float64; the CPU twin sums fixed
 chunks in float64 (the same result for any thread count). Neither calls cuBLAS: the tracker's
-normal equations were its only use of cuBLAS on the GPU, whose first call costs ~110 MB of host
-memory (docs/benchmarks.md).
+normal equations were its only use of cuBLAS on the GPU, whose first call costs the process host
+memory (docs/benchmarks.md#host-memory).
 """
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ if [ "${SKIP_KERNEL_BUILD:-0}" = 1 ]; then STEP_TOTAL=$((STEP_TOTAL - 1)); fi
 LOG=$(mktemp "${TMPDIR:-/tmp}/sphere-slam-install.XXXXXX")
 install_log_start "$LOG"
 export PYTHONUNBUFFERED=1
-# Expected times: measured on a 2-core x86-64 machine with a fast PyPI mirror (docs/benchmarks.md,
-# "Install and test suite"); more cores mostly shorten the kernel build.
+# Expected times: measured on a 2-core x86-64 machine with a fast PyPI mirror
+# (docs/benchmarks.md#install-and-test-suite); more cores mostly shorten the kernel build.
 echo "install.sh: installing sphere-slam into $VENV (on a 2-core machine 8-14 min, most of it the kernel build;"\
      "full output: $LOG, then $VENV/install.log)"
 

@@ -131,8 +131,8 @@ def invert(T: torch.Tensor) -> torch.Tensor:
 def transform_points(T: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """Apply 4x4 ``T`` to points (N, 3) -> (N, 3): p' = R p + t.
 
-    Broadcast and sum, not a matrix product: on a GPU the first cuBLAS call costs ~110 MB of host
-    memory (its handle and kernel tables; docs/benchmarks.md), and with the normal equations
+    Broadcast and sum, not a matrix product: on a GPU the first cuBLAS call costs the process host
+    memory (its handle and kernel tables; docs/benchmarks.md#host-memory), and with the normal equations
     reduced by the rasterizer's kernel this is the only product a SLAM run would make."""
     return (points.unsqueeze(1) * T[:3, :3]).sum(-1) + T[:3, 3]
 

@@ -2,7 +2,7 @@
 the kernel build print, and stays silent for a while): numbered steps, one line per package or
 compiled file, a heartbeat during silences, a failing step fails the install (the kernel build
 only warns), a one-line summary with the total time. The real install takes minutes; its
-measured timings are in docs/benchmarks.md ("Install and test suite")."""
+measured timings are in docs/benchmarks.md#install-and-test-suite."""
 import os
 import re
 import subprocess

@@ -162,7 +162,8 @@ def test_fused_solver_tracks_with_half_the_renders_of_the_render_solver(sample_r
 
 def test_the_fused_solver_blends_the_observation_gradients_at_every_level(sample_map, monkeypatch):
     """``tracking.obs_gradient`` reaches every pyramid level's evaluations, the finest included
-    (exact rows at the finest level cost ~0.1 cm of ATE on 7-Scenes, docs/benchmarks.md)."""
+    (exact rows at the finest level cost accuracy on 7-Scenes:
+    docs/benchmarks.md#why-the-defaults-are-what-they-are)."""
     from rasterizer import lm_state
     from slam.tracking.tracker import Tracker
 

@@ -45,9 +45,9 @@ class RasterConfig:
 class TrackingConfig:
     solver: Literal["renders", "fused"] = "fused"  # fused: one rasterizer pass per LM evaluation
                                     # gives the normal equations, the LM state stays on the device
-                                    # (one host wait per frame; CUDA graphs): H200 7-Scenes ~245 vs
-                                    # 18 FPS tracking at the same ATE (2.49-2.62 vs 2.53 cm; strides
-                                    # 2-8 too; docs/benchmarks.md). renders: image-gradient /
+                                    # (one host wait per frame; CUDA graphs): many times the
+                                    # tracking rate at the same ATE, see
+                                    # docs/benchmarks.md#tracker-profile. renders: image-gradient /
                                     # finite-difference Jacobians over renders, kept as the reference
     cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
                                     # captured CUDA graph (rasterizer/lm_state.py; no host wait
@@ -81,8 +81,9 @@ class TrackingConfig:
                                     # frame's image gradients in the pose Jacobian (ESM's blend
                                     # with the render's exact derivatives: wider convergence from a
                                     # distant prior, and a more accurate pose where the render is
-                                    # sharp: H200 7-Scenes 2.49-2.62 cm vs 2.63-2.71 with the
-                                    # finest level exact, docs/benchmarks.md); 0 = exact only
+                                    # sharp than exact rows at the finest level give:
+                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are); 0 =
+                                    # exact only
     analytic_iters: int = 6         # solver renders: the first N LM iterations (coarse-to-fine)
                                     # take the pose Jacobian from the render's image gradients (no
                                     # extra render), the rest by finite differences (6 renders)
@@ -93,7 +94,7 @@ class QualityConfig:
     """The tracking-quality test (slam/tracking/quality.py): evidence of the final pose, judged
     against absolute floors and against the sequence's recent level (the frames that passed).
     Chosen as a detector on both real sequences, right vs wrong poses
-    (python -m slam.tools.calibrate_quality; docs/benchmarks.md, "Quality test")."""
+    (python -m slam.tools.calibrate_quality; docs/benchmarks.md#quality-test-as-a-detector)."""
 
     # The sensor's depth noise model: a depth inlier is within floor + quad * z^2 of the render.
     # A sensor family's values belong in its config (configs/kinect_v1.yaml, realsense.yaml);
@@ -172,8 +173,8 @@ class MappingConfig:
     # Keyframe pose refinement (slam/mapping/pose_refine.py): every window keyframe's pose but the
     # gauge's (the first keyframe, and a saved map's keyframes) is optimised with the spheres by
     # Adam on a small se(3) increment, gradients through the rasterizer's backward. Off by
-    # default: on real data it has not paid yet (7-Scenes 0-249 on the H200: ATE 2.77 cm with it,
-    # 2.53 cm without; docs/benchmarks.md); the synthetic sample gains (0.148 -> 0.111 cm).
+    # default: on real data it has not paid yet (7-Scenes on the H200:
+    # docs/benchmarks.md#why-the-defaults-are-what-they-are); the synthetic sample gains.
     refine_poses: bool = False
     lr_pose_rot: float = 0.0002     # rad per Adam step (rotation about the camera centre)
     lr_pose_trans: float = 0.0002   # m per Adam step
@@ -209,7 +210,8 @@ class LoopConfig:
     align_solver: Literal["renders", "fused"] = "fused"  # the dense alignment's tracking.solver:
                                     # it starts from the ICP pose, where the fused solver is as
                                     # good, and it needs no image-sized Jacobian buffers while the
-                                    # tracker runs beside it (GPU memory, docs/benchmarks.md)
+                                    # tracker runs beside it (GPU memory:
+                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are)
     min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
     min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
     # Acceptance (slam/loop/acceptance.py): a loop is closed only when its two keyframes are this
@@ -294,8 +296,8 @@ class SystemConfig:
                                     # published map; the tracker waits before handing over one
                                     # more, so it never tracks against a map more than this many
                                     # keyframes old (with 4, a tracker faster than the mapper
-                                    # tracked against maps 5 keyframes stale: H200, fused solver,
-                                    # docs/benchmarks.md)
+                                    # tracked against maps 5 keyframes stale and lost accuracy:
+                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are)
     slow_stream_interval_s: float = 0.1  # s: a stream whose usual frame interval is longer is slow:
                                     # a large predicted motion searches features before the
                                     # refinement, and (threaded) each keyframe is mapped before the
@@ -310,7 +312,7 @@ class SystemConfig:
                                     # ms, GPU operations, host launch calls, host ms without and
                                     # with the waits for the GPU (e.g. 5); 0 = off: loading the
                                     # profiler (CUPTI and the libraries it pulls in) set the
-                                    # run's peak RSS on the H200 (docs/benchmarks.md)
+                                    # run's peak RSS on the H200 (docs/benchmarks.md#host-memory)
 
 
 @dataclass

@@ -4,8 +4,8 @@ For a pair of frames (a, b), frame a's depth is back-projected, moved into camer
 trajectory's relative pose and compared with b's depth at the pixel it lands on. A wrong relative
 pose shows as disagreement whoever made the trajectory, so this ranks trajectories, the ground
 truth among them, by the data alone. (On 7-Scenes redkitchen the ground truth, from KinectFusion,
-disagrees with the depth more than this package's estimate over frames 60-121, and jumps by 3.6 cm
-at frame 122: docs/benchmarks.md, tenth session.)
+disagrees with the depth more than this package's estimate does, and jumps at frame 122:
+docs/benchmarks.md#7-scenes-ground-truth.)
 """
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def ssim(pred: torch.Tensor, target: torch.Tensor, data_range: float = 1.0) -> f
     x, y = _as_batch(pred).float(), _as_batch(target).float()
     side = min(x.shape[-2:])
     win = 11 if side >= 11 else max(3, side - (1 - side % 2))
-    # Without cuDNN: its handle and engine libraries cost the process ~100-170 MB of host memory
-    # on a GPU (measured, docs/benchmarks.md) for two small Gaussian filters; PyTorch's own
+    # Without cuDNN: its handle and engine libraries cost the process host memory on a GPU
+    # (measured: docs/benchmarks.md#host-memory) for two small Gaussian filters; PyTorch's own
     # depthwise convolution gives the same values to float rounding.
     with torch.backends.cudnn.flags(enabled=False):
         return float(_ssim(x, y, data_range=data_range, size_average=True, win_size=win))

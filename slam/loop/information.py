@@ -24,8 +24,7 @@ from slam.geometry import adjoint, invert, se3_log
 # Measured on bridges (consecutive keyframes, their own measurement) against ground truth: the
 # median squared Mahalanobis distance of the true error under the uninflated information is ~600
 # on both real sequences (TUM fr1/rpy: 112 x the 6-dof chi-square median, 7-Scenes stride 2: 114;
-# exact synthetic depth: below 1). docs/benchmarks.md, "Loop closure that never makes a trajectory
-# worse".
+# exact synthetic depth: below 1). docs/benchmarks.md#where-the-loop-defaults-come-from.
 NOISE_INFLATION = 100.0
 # Smallest eigenvalue kept, relative to the largest: a direction the measurement did not see keeps
 # a tiny information (the edge stays positive definite) and says nothing there.

@@ -13,7 +13,7 @@ bend the trajectory: ``gnc`` (default) is graduated non-convexity with a truncat
 are known inliers, a loop edge (or a snap's candidate) whose whitened error at the solution is beyond the chi-square bound
 GNC_INLIER_PROBABILITY gets weight 0); ``dcs`` (dynamic covariance scaling), ``cauchy`` and
 ``huber`` are M-estimators on the loop edges, solved by Levenberg-Marquardt. Why GNC:
-docs/benchmarks.md, "Loop closure that never makes a trajectory worse".
+docs/benchmarks.md#where-the-loop-defaults-come-from.
 
 Where the current relative pose of two consecutive keyframes is not to be trusted (a tracking
 loss between them: ``slam.loop.bridges``), their edge is the two keyframes' own measurement (ICP /

@@ -17,7 +17,7 @@ from the ICP pose; an odometry that does not converge rejects the candidate). IC
 accurate of the two where the geometry fixes the pose (the odometry's photometric term has no
 exposure model). The map around the old visit is not used for the measurement: the mapping
 windows near the revisit refine the old spheres too, so aligning with it pulls the loop towards
-the current, drifted estimate. Figures: docs/benchmarks.md, fourteenth session.
+the current, drifted estimate. Figures: docs/benchmarks.md#why-the-defaults-are-what-they-are.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ ICP_MAX_PAIR = 3.0
 # ICP's normal equations, rotation columns scaled by the median depth (both in metres at the
 # scene), are degenerate when their smallest eigenvalue is below ICP_DEGENERATE x their largest:
 # a flat view lets the pose slide along the plane. Measured: flat views 1e-18 to 4e-5, views with
-# relief 1.4e-2 to 2.5e-2 (generated loop, bundled sample, 7-Scenes; docs/benchmarks.md,
-# fourteenth session). A numerical rank test, not a tuning value.
+# relief 1.4e-2 to 2.5e-2 (generated loop, bundled sample, 7-Scenes;
+# docs/benchmarks.md#why-the-defaults-are-what-they-are). A numerical rank test, not a tuning value.
 ICP_DEGENERATE = 1e-3
 RENDER_ALPHA = 0.5      # pixels the map covers: rendered alpha above this
 # The depth noise's standard deviation per unit of quality.depth_noise_quad z^2: that tolerance is

@@ -3,8 +3,8 @@ frame-to-model ICP on a TSDF volume (open3d's ``t.pipelines.slam.Model``), evalu
 dataset's ground truth exactly as run_slam's trajectories are (evo ATE, optional prefixes).
 
 7-Scenes' ground truth itself comes from KinectFusion; what this method scores against it says how
-far that ground truth can tell tracking accuracy from its own error (docs/benchmarks.md,
-fifteenth session).
+far that ground truth can tell tracking accuracy from its own error
+(docs/benchmarks.md#7-scenes-ground-truth).
 
     python -m slam.tools.kinectfusion_reference --config 7scenes.yaml --voxel 0.01 \\
         --prefixes 50 100 161 250 500 [--out kinfu.txt] [--set data.last=200]

@@ -15,8 +15,8 @@ rasterizer/gauss_newton.py): the exact derivative of a sharp render predicts ste
 short when the start is degrees off, the observation's gradients (the render's at the solution)
 do not. Where the render explains the frame (zero residuals) the blend's fixed point is the cost's
 optimum; on real frames it is where the blended gradient vanishes, near it (every step must still
-lower the true cost), and on 7-Scenes ~0.1 cm of ATE better than exact rows at the finest level
-(docs/benchmarks.md).
+lower the true cost), and on 7-Scenes more accurate than exact rows at the finest level
+(docs/benchmarks.md#why-the-defaults-are-what-they-are).
 
 Per level of n iterations: one evaluation at the current pose, then n x (propose, evaluate,
 accept or reject); a rejected trial uses an iteration; the level stops early (its remaining

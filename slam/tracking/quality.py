@@ -9,7 +9,7 @@ and the motion (Kinect v1 at 65 deg/s: right poses with 50-95 % depth inliers; a
 wrong poses on a slow one, while a wrong pose stands out against its own sequence: its loss is
 several times the recent level, or twice it with depth inliers a right pose keeps on a slow
 sequence (the wide baselines of dropped frames). Calibrated as a detector on both real sequences
-(``slam/eval/quality_calibration.py``, docs/benchmarks.md). The evidence:
+(``slam/eval/quality_calibration.py``, docs/benchmarks.md#quality-test-as-a-detector). The evidence:
 
 - ``known``: the share of the frame's valid, edge-free depth pixels the map covers;
 - ``depth_inliers``: of those covered pixels, the share whose rendered depth is within the
