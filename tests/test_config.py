@@ -36,6 +36,7 @@ def test_no_shipped_config_names_a_path_outside_the_package():
     one, no '..' (ROS topic names are names, not paths). Data comes from the bundled sample, the
     data cache (a registry name, downloaded on first use) or the user's --set data.path."""
     import yaml
+
     from slam.data.registry import lookup
     offenders = []
     for config in sorted(configs_dir().glob("*.yaml")):

@@ -5,7 +5,8 @@ downsamples it to the tracking resolution (``SlamSystem.observation``) on a stre
 before the frame enters the bounded ``frames`` channel. The tracking thread then starts from
 images already on the device: the host copy into page-locked memory, the copies' queueing and the
 downscale's launch leave the critical path (the host time it saves:
-docs/benchmarks.md#why-the-defaults-are-what-they-are). The tracking stream waits for the upload on the device (an event), never the host.
+docs/benchmarks.md#why-the-defaults-are-what-they-are). The tracking stream waits for the upload
+on the device (an event), never the host.
 
 Memory: at most ``system.queue_size`` staged frames at the tracking resolution on the device.
 """
