@@ -6,6 +6,7 @@ case, punctuation dropped, spaces as hyphens). A pointer without an anchor, or i
 A pointer into the page's history names the commit, ``git show <commit>:docs/benchmarks.md``
 (superseded figures live there), and is left alone; the page's own links are ``(#<anchor>)``."""
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,10 +36,20 @@ def anchors(page: Path) -> set:
     return found
 
 
+def repository_files(root: Path):
+    """The repository's files: in a git checkout what git tracks or would track (ignored files such
+    as local data and build outputs are not the repository's), else every file below ``root``."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=root, capture_output=True, check=True).stdout
+        return [root / name for name in out.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        return [p for p in root.rglob("*")
+                if not any(part in SKIP_DIRS or part.endswith(".egg-info") for part in p.relative_to(root).parts[:-1])]
+
+
 def text_files(root: Path):
-    for path in root.rglob("*"):
-        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in path.relative_to(root).parts[:-1]):
-            continue
+    for path in repository_files(root):
         if not path.is_file() or path.stat().st_size > 2_000_000:
             continue
         try:
