@@ -243,11 +243,31 @@ def validate(cfg: Config) -> None:
                           f"got {v.grpc_port} / {v.web_port}")
     if v.server_memory_mb < 1:
         raise ConfigError(f"viewer.server_memory_mb: must be >= 1, got {v.server_memory_mb}")
+    _validate_grid(cfg.grid)
     try:
         ipaddress.ip_address(v.bind)
     except ValueError:
         raise ConfigError(f"viewer.bind: an IP address (0.0.0.0 = every interface, 127.0.0.1 = this machine), "
                           f"got '{v.bind}'") from None
+
+
+def _validate_grid(g) -> None:
+    """``grid.*``: sizes positive, the height band and ranges ordered, thresholds probabilities."""
+    if g.resolution <= 0 or g.points_per_keyframe < 1 or g.floor_keyframes < 1 or g.max_reintegrations < 1:
+        raise ConfigError("grid.resolution, points_per_keyframe, floor_keyframes, max_reintegrations must be > 0")
+    if not 0.0 <= g.min_height < g.max_height:
+        raise ConfigError(f"grid: need 0 <= min_height < max_height, got {g.min_height} / {g.max_height}")
+    if not g.min_height < g.free_below <= g.max_height:
+        raise ConfigError(f"grid: need min_height < free_below <= max_height, got {g.free_below}")
+    if not 0.0 <= g.min_range < g.max_range:
+        raise ConfigError(f"grid: need 0 <= min_range < max_range, got {g.min_range} / {g.max_range}")
+    if not 0.0 < g.free_thresh < g.occupied_thresh < 1.0:
+        raise ConfigError(f"grid: need 0 < free_thresh < occupied_thresh < 1, got {g.free_thresh} / {g.occupied_thresh}")
+    if g.log_odds_hit <= 0 or g.log_odds_miss >= 0:
+        raise ConfigError(f"grid: log_odds_hit must be > 0 and log_odds_miss < 0, got {g.log_odds_hit} / {g.log_odds_miss}")
+    if g.floor == "camera" and g.camera_height <= g.min_height:
+        raise ConfigError(f"grid.floor camera: grid.camera_height (m above the floor) must exceed grid.min_height, "
+                          f"got {g.camera_height}")
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

@@ -288,6 +288,53 @@ class ViewerConfig:
 
 
 @dataclass
+class GridConfig:
+    """The 2D occupancy grid for navigation (slam/grid/, docs/NAVIGATION.md): built from the
+    keyframes' depth at their current poses on a thread of its own; saved as map.pgm + map.yaml
+    (map_server) and map_grid.png; published on /map by the ROS nodes."""
+
+    enabled: bool = True            # CPU cost per keyframe and memory: docs/NAVIGATION.md
+    resolution: float = 0.05        # m, cell size
+    min_height: float = 0.10        # m above the floor: surface points lower than this are floor
+                                    # (free), from here up to max_height they are obstacles
+    max_height: float = 1.0         # m above the floor: the robot's height; higher points
+                                    # (ceiling, shelves above the robot) are not obstacles
+    free_below: float = 0.3         # m above the floor: a cell is free only where a ray was seen
+                                    # free below this height over it (and no voxel of its column
+                                    # in the band is occupied): a ray high above an occluded table
+                                    # top does not clear it
+    min_range: float = 0.2          # m, depth nearer than this is not used
+    max_range: float = 4.0          # m along the ray: farther points are not obstacles; their
+                                    # rays clear space up to this distance
+    points_per_keyframe: int = 4800 # depth pixels taken per keyframe (an even sub-grid, e.g.
+                                    # 80 x 60): about one ray per cell at 3 m
+    floor: Literal["auto", "camera"] = "auto"   # auto: the dominant horizontal plane of the
+                                    # keyframes' depth (data without gravity: 7-Scenes, TUM
+                                    # hand-held); camera: a camera on a robot at camera_height
+                                    # above the floor, its optical axis camera_tilt_deg below
+                                    # the horizon, no roll (at the first keyframe)
+    camera_height: float = 0.0      # m, floor: camera
+    camera_tilt_deg: float = 0.0    # deg, floor: camera (positive: looking down)
+    floor_keyframes: int = 3        # floor auto: first estimate after this many keyframes; it is
+                                    # estimated again whenever their number has doubled, and the
+                                    # grid rebuilt when the floor moved (floor_rebuild_deg / _m)
+    floor_rebuild_deg: float = 0.5  # deg
+    floor_rebuild_m: float = 0.02   # m
+    log_odds_hit: float = 0.85      # per keyframe that sees an obstacle in a cell (p 0.7,
+                                    # OctoMap's default); counts are kept, so a keyframe's
+                                    # evidence can be taken out exactly when its pose moves
+    log_odds_miss: float = -0.4     # per keyframe whose rays cross the cell in the height band
+                                    # (p 0.4)
+    occupied_thresh: float = 0.65   # probability above which a cell is occupied (map.yaml)
+    free_thresh: float = 0.196      # probability below which a cell is free (map.yaml)
+    reintegrate_m: float = 0.02     # m: a keyframe whose pose moved this far (or
+    reintegrate_deg: float = 0.5    # deg  turned this much) since it was integrated is
+                                    # integrated again at its new pose (loop closure, refinement)
+    max_reintegrations: int = 20    # keyframes re-integrated per update at most (the largest
+                                    # moves first; the rest in the next updates; all at the end)
+
+
+@dataclass
 class SystemConfig:
     device: str = "auto"            # "auto" | "cpu" | "cuda" | "cuda:1"
     threaded: bool = True           # False = deterministic single-thread mode
@@ -329,6 +376,7 @@ class Config:
     loop: LoopConfig = field(default_factory=LoopConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     viewer: ViewerConfig = field(default_factory=ViewerConfig)
+    grid: GridConfig = field(default_factory=GridConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
 
     def to_dict(self) -> dict:
