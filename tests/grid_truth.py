@@ -66,9 +66,10 @@ def _inside(hull: np.ndarray, q: np.ndarray, eps: float = 1e-9) -> np.ndarray:
 
 
 def true_floor_plan(x0: float, y0: float, width: int, height: int, resolution: float, lo: float,
-                    hi: float) -> np.ndarray:
+                    hi: float, T_world_floor: np.ndarray | None = None) -> np.ndarray:
     """(height, width) int8: 100 occupied, 0 free; cell (column c, row r) covers
-    [x0 + c res, x0 + (c + 1) res] x [y0 + r res, ...] in the room's (world) x, y."""
+    [x0 + c res, x0 + (c + 1) res] x [y0 + r res, ...] in the grid's frame, whose pose in the
+    room (world) is ``T_world_floor`` (4, 4; default identity: the room's x, y)."""
     W, D, _ = ROOM
     s = np.linspace(0.0, 1.0, SUB)
     cx, cy = np.meshgrid(np.arange(width), np.arange(height))
@@ -78,6 +79,9 @@ def true_floor_plan(x0: float, y0: float, width: int, height: int, resolution: f
     qx = np.repeat(ox[..., None, :], SUB, axis=-2).reshape(height, width, -1)
     qy = np.repeat(oy[..., :, None], SUB, axis=-1).reshape(height, width, -1)
     q = np.stack([qx, qy], axis=-1).reshape(-1, 2)
+    if T_world_floor is not None:
+        T = np.asarray(T_world_floor, dtype=np.float64)
+        q = q @ T[:2, :2].T + T[:2, 3]
     solid = (q[:, 0] <= 0) | (q[:, 0] >= W) | (q[:, 1] <= 0) | (q[:, 1] >= D)
     for o in build_scene_objects():
         fp = _band_footprint(o["verts"], o["tris"], lo, hi)
@@ -89,3 +93,17 @@ def true_floor_plan(x0: float, y0: float, width: int, height: int, resolution: f
         solid[cand] |= _inside(hull, q[cand])
     occ = solid.reshape(height, width, -1).any(axis=-1)
     return np.where(occ, 100, 0).astype(np.int8)
+
+
+def iou_against_truth(tri: np.ndarray, origin_xy: tuple, resolution: float, lo: float, hi: float,
+                      T_world_floor: np.ndarray | None = None) -> dict:
+    """A trinary grid (H, W) int8 (100 / 0 / -1, row 0 = lowest y) against the true floor plan on
+    the cells it knows: IoU of the occupied cells, of the free cells, and how many it knows."""
+    h, w = tri.shape
+    truth = true_floor_plan(origin_xy[0], origin_xy[1], w, h, resolution, lo, hi, T_world_floor)
+    known = tri >= 0
+    out = {"known": int(known.sum())}
+    for name, cls in (("occupied", 100), ("free", 0)):
+        p, t = (tri == cls) & known, (truth == cls) & known
+        out[name] = float((p & t).sum() / max((p | t).sum(), 1))
+    return out

@@ -257,8 +257,8 @@ def _validate_grid(g) -> None:
         raise ConfigError("grid.resolution, points_per_keyframe, floor_keyframes, max_reintegrations must be > 0")
     if not 0.0 <= g.min_height < g.max_height:
         raise ConfigError(f"grid: need 0 <= min_height < max_height, got {g.min_height} / {g.max_height}")
-    if not g.min_height < g.free_below <= g.max_height:
-        raise ConfigError(f"grid: need min_height < free_below <= max_height, got {g.free_below}")
+    if not 0.0 < g.free_coverage <= 1.0:
+        raise ConfigError(f"grid.free_coverage: must be in (0, 1], got {g.free_coverage}")
     if not 0.0 <= g.min_range < g.max_range:
         raise ConfigError(f"grid: need 0 <= min_range < max_range, got {g.min_range} / {g.max_range}")
     if not 0.0 < g.free_thresh < g.occupied_thresh < 1.0:

@@ -299,10 +299,11 @@ class GridConfig:
                                     # (free), from here up to max_height they are obstacles
     max_height: float = 1.0         # m above the floor: the robot's height; higher points
                                     # (ceiling, shelves above the robot) are not obstacles
-    free_below: float = 0.3         # m above the floor: a cell is free only where a ray was seen
-                                    # free below this height over it (and no voxel of its column
-                                    # in the band is occupied): a ray high above an occluded table
-                                    # top does not clear it
+    free_coverage: float = 0.8      # a cell is free only when no voxel of its column in the band
+                                    # is occupied and at least this share of them was seen free:
+                                    # rays under a table or above an occluded top see only part of
+                                    # the column (sample, ground-truth poses: IoU occupied / free
+                                    # 0.84 / 0.91 when one free voxel sufficed, 0.98 / 0.99 at 0.8)
     min_range: float = 0.2          # m, depth nearer than this is not used
     max_range: float = 4.0          # m along the ray: farther points are not obstacles; their
                                     # rays clear space up to this distance

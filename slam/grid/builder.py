@@ -52,7 +52,6 @@ class GridBuilder:
         self.cfg = cfg
         self.threaded = threaded
         self.layers = max(1, int(math.ceil((cfg.max_height - cfg.min_height) / cfg.resolution - 1e-9)))
-        self.free_layers = max(1, int(math.ceil((cfg.free_below - cfg.min_height) / cfg.resolution - 1e-9)))
         self.counts = GridCounts(self.layers)
         self.scans: dict[int, Scan] = {}
         self.integrated: dict[int, np.ndarray] = {}   # kf id -> the pose it was integrated at
@@ -67,7 +66,9 @@ class GridBuilder:
         self._closing = False
         self.error: Optional[str] = None
         # statistics (metrics.json -> grid)
-        self.keyframe_ms: list[float] = []      # per offered keyframe: its share of the update's time
+        self.keyframe_ms: list[float] = []      # per offered keyframe: its share of the update's wall time
+        self.keyframe_cpu_ms: list[float] = []  # ... and of the grid thread's CPU time
+        self.finish_ms = 0.0
         self.floor_ms = 0.0
         self.reintegrations = 0
         self.rebuilds = 0
@@ -117,7 +118,7 @@ class GridBuilder:
             log.error("occupancy grid stopped: %s", traceback.format_exc())
 
     def _update(self, items: list, final: bool, poses: Optional[dict] = None) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         cfg = self.cfg
         for kf_id, depth, K, T_wc, published in items:
             self.scans[kf_id] = make_scan(kf_id, depth, K, cfg.points_per_keyframe, cfg.min_range)
@@ -132,12 +133,15 @@ class GridBuilder:
             self._reintegrate_moved(None if final else cfg.max_reintegrations)
             self._version += 1
             self._snapshot = self.counts.snapshot(self.floor, cfg.resolution, cfg.log_odds_hit, cfg.log_odds_miss,
-                                                  cfg.occupied_thresh, cfg.free_thresh, self.free_layers,
+                                                  cfg.occupied_thresh, cfg.free_thresh, cfg.free_coverage,
                                                   self._version, len(self.integrated))
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
         if items:
-            ms = (time.perf_counter() - t0) * 1e3 / len(items)
+            ms, cpu = (time.perf_counter() - t0) * 1e3 / len(items), (time.thread_time() - c0) * 1e3 / len(items)
             self.keyframe_ms.extend([ms] * len(items))
+            self.keyframe_cpu_ms.extend([cpu] * len(items))
+        if final:
+            self.finish_ms = (time.perf_counter() - t0) * 1e3
 
     def _pose(self, kf_id: int) -> np.ndarray:
         return np.asarray(self.poses[kf_id], dtype=np.float64)
@@ -227,10 +231,12 @@ class GridBuilder:
     def stats(self) -> dict:
         """For metrics.json -> grid."""
         ms = np.asarray(self.keyframe_ms) if self.keyframe_ms else np.zeros(1)
+        cpu = np.asarray(self.keyframe_cpu_ms) if self.keyframe_cpu_ms else np.zeros(1)
         snap = self._snapshot
-        return {"keyframes": len(self.scans), "integrated": len(self.integrated),
+        return {"keyframes": len(self.scans), "integrated": len(self.integrated), "threaded": self.threaded,
                 "ms_per_keyframe_mean": float(ms.mean()), "ms_per_keyframe_p95": float(np.percentile(ms, 95)),
-                "ms_total": float(np.sum(self.keyframe_ms)), "floor_ms": self.floor_ms,
+                "cpu_ms_per_keyframe_mean": float(cpu.mean()), "cpu_ms_total": float(cpu.sum()) if self.keyframe_cpu_ms else 0.0,
+                "ms_total": float(np.sum(self.keyframe_ms)), "finish_ms": self.finish_ms, "floor_ms": self.floor_ms,
                 "floor_estimates": self.floor_estimates, "rebuilds": self.rebuilds,
                 "reintegrations": self.reintegrations, "memory_mb": self.nbytes() / 1e6,
                 "peak_memory_mb": self.peak_bytes / 1e6, "cells": list(snap.shape) if snap is not None else None,

@@ -8,11 +8,10 @@ exactly when it is integrated again at a new pose (loop closure). The log-odds o
 A cell of the 2D grid (a column of voxels) is
 - occupied when one of its voxels is (log-odds above that of ``occupied_thresh``): its
   probability is the most likely occupied voxel's;
-- free when none is occupied and a voxel below ``free_below`` was seen free (log-odds below that
-  of ``free_thresh``): a ray came low over the cell, where it sees the floor around it; its
-  probability is the column's highest;
-- unknown otherwise: unseen, or seen only high in the band (a ray above an occluded table top
-  says nothing of the top).
+- free when none is occupied and at least ``free_coverage`` of its voxels were seen free
+  (log-odds below that of ``free_thresh``); its probability is the column's highest;
+- unknown otherwise: unseen, or seen free only in part (rays under a table see its legs' space,
+  not its top; rays above an occluded table top see the space above it, not the top).
 """
 from __future__ import annotations
 
@@ -86,7 +85,7 @@ class GridCounts:
                 counts[v[:, 2], v[:, 1] - self.origin[1], v[:, 0] - self.origin[0]] += sign
 
     def snapshot(self, floor: FloorFrame, resolution: float, log_odds_hit: float, log_odds_miss: float,
-                 occupied_thresh: float, free_thresh: float, free_layers: int, version: int,
+                 occupied_thresh: float, free_thresh: float, free_coverage: float, version: int,
                  keyframes: int) -> "GridSnapshot":
         """The published version: the columns projected (module docstring) over the bounding box of
         the known cells, as ROS occupancy (-1 unknown, else the probability in percent, int8)."""
@@ -99,7 +98,7 @@ class GridCounts:
         L = np.where(seen, hits * np.float32(log_odds_hit) + misses * np.float32(log_odds_miss), -np.inf)
         top = L.max(axis=0)
         occupied = top > logit(occupied_thresh)
-        free = ~occupied & (seen[:free_layers] & (L[:free_layers] < logit(free_thresh))).any(axis=0)
+        free = ~occupied & ((seen & (L < logit(free_thresh))).mean(axis=0) >= free_coverage)
         known = occupied | free
         if not known.any():
             return GridSnapshot(np.full((1, 1), -1, np.int8), resolution, (0, 0), floor, version, keyframes)

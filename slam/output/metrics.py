@@ -99,6 +99,19 @@ def _round_or_none(x: float):
     return None if x != x else round(float(x), 1)
 
 
+def _grid_summary(result: RunResult) -> Optional[dict]:
+    """metrics.json -> grid: the builder's figures, the grid's size and its frame in the world."""
+    if result.grid_stats is None:
+        return None
+    out = dict(result.grid_stats)
+    g = result.grid
+    if g is not None and g.floor is not None:
+        out.update({"resolution_m": g.resolution, "size_cells": list(g.shape), "origin_m": list(g.origin_xy),
+                    "T_world_floor": g.floor.T_world_floor().round(6).tolist(),
+                    "known_cells": int((g.occupancy >= 0).sum())})
+    return out
+
+
 def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Optional[int] = 1,
                     evaluate_trajectory: bool = True) -> dict:
     """Everything that goes into metrics.json. ``eval_images_every``: evaluate PSNR/SSIM on every
@@ -162,6 +175,7 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "keyframe_store_mb": result.keyframe_store_bytes / 1e6,
         "pose_refinement": result.pose_refinement,
         "loop_closure": result.loop,
+        "grid": _grid_summary(result),
         "peak_rss_mb": peak_rss_mb(),
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(result.device) / 1e6) if result.device.type == "cuda" else None,
     }

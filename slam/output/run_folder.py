@@ -11,6 +11,7 @@ import numpy as np
 
 from slam.config import Config, dump_config
 from slam.data.trajectory_io import write_tum_trajectory
+from slam.grid.export import write_grid_png, write_map_files
 from slam.map.map_io import save_map, save_map_pair
 from slam.output.journal import TRAJECTORY_HEADER, write_frames_csv, write_json_atomic
 from slam.output.mesh import write_mesh
@@ -87,8 +88,11 @@ def _write_map(path: Path, result: RunResult) -> None:
 
 def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list, status: Callable[[str], None]) -> None:
     """``trajectory.png``/``translation_error.png`` (slam.output.plots, when ground truth exists),
-    ``mesh.ply`` (slam.output.mesh, when ``output.mesh``)."""
-    steps = [("plots", "writing the plots (output.plots)", lambda: write_plots(run_dir, frames),
+    ``mesh.ply`` (slam.output.mesh, when ``output.mesh``), the occupancy grid (``map.pgm`` +
+    ``map.yaml``, ``grid.png``: slam.grid.export, when the run has one)."""
+    steps = [("occupancy grid", "writing the occupancy grid (map.pgm, map.yaml, grid.png)",
+              lambda: write_grid(run_dir, cfg, result, frames), result.grid is not None and result.grid.floor is not None),
+             ("plots", "writing the plots (output.plots)", lambda: write_plots(run_dir, frames),
               cfg.output.plots and bool(frames)),
              ("mesh", f"building the mesh from {len(result.keyframes)} keyframes (output.mesh)",
               lambda: write_mesh(run_dir / "mesh.ply", result.keyframes), cfg.output.mesh and len(result.keyframes) > 0)]
@@ -100,3 +104,13 @@ def _write_extras(run_dir: Path, cfg: Config, result: RunResult, frames: list, s
             step()
         except Exception as exc:  # noqa: BLE001 - an optional output must not lose the run
             log.error("could not write the %s: %s: %s", what, type(exc).__name__, exc)
+
+
+def write_grid(run_dir: Path, cfg: Config, result: RunResult, frames: list) -> None:
+    """map.pgm + map.yaml (map_server) and grid.png (the grid with the final trajectory and the
+    keyframes drawn on it)."""
+    g = result.grid
+    write_map_files(run_dir, g, cfg.grid.occupied_thresh, cfg.grid.free_thresh)
+    path = np.array([f.T_wc[:3, 3] for f in frames]) if frames else None
+    kfs = np.array([f.T_wc[:3, 3] for f in frames if f.keyframe]) if frames else None
+    write_grid_png(run_dir / "grid.png", g, cfg.grid.occupied_thresh, cfg.grid.free_thresh, path, kfs)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from slam.grid.occupancy import GridSnapshot
 from slam.map.snapshot import MapSnapshot
 from slam.runtime.recorder import RunRecorder
 
@@ -23,7 +24,9 @@ class RunResult:
     every relocalisation attempt's ``RelocResult``; tracking_profile: GPU ms, host ms and kernel
     launches per tracked frame over the profiled window (CUDA only, ``slam.runtime.profiling``);
     map_anchors: (M,) int32 anchor keyframe ids of map_rows; loop: the loop stage's summary (None
-    without one); pose_refinement: keyframe pose refinement and applied loop corrections."""
+    without one); pose_refinement: keyframe pose refinement and applied loop corrections; grid:
+    the latest occupancy grid (``slam.grid.occupancy.GridSnapshot``; None when ``grid.enabled``
+    is off or before the floor is known), grid_stats: its builder's figures."""
 
     recorder: RunRecorder
     device: torch.device
@@ -43,3 +46,5 @@ class RunResult:
     map_anchors: Optional[torch.Tensor] = None
     loop: Optional[dict] = None
     pose_refinement: Optional[dict] = None
+    grid: Optional[GridSnapshot] = None
+    grid_stats: Optional[dict] = None

@@ -13,6 +13,8 @@ Threads (threaded mode, ``slam.runtime.threads``):
   mapped keyframe to the loop stage (never waits for it) and applies its corrections.
 - loop thread (``loop.enabled``, gtsam installed): owns the ``LoopCloser`` (revisit detection,
   verification, pose graph); reads the keyframe and the snapshot it is handed.
+- grid thread (``grid.enabled``): owns the ``GridBuilder`` (slam/grid/: the 2D occupancy grid);
+  the mapping thread hands it each mapped keyframe with the poses it published, never waiting.
 Sequential mode runs the same two steps (``track_frame``, ``map_keyframe``) in one thread in a
 fixed order: identical results run to run. What outputs, metrics and wrappers read after a run is
 ``result()``: a ``RunResult``, not the system's internals.
@@ -29,6 +31,7 @@ import torch
 from slam.config import Config
 from slam.data.frame import Frame
 from slam.geometry import orthonormalize
+from slam.grid.builder import GridBuilder
 from slam.loop.closer import LoopCloser
 from slam.loop.pose_graph import gtsam_available
 from slam.map.keyframes import Keyframe
@@ -85,6 +88,8 @@ class SlamSystem:
         self._next_kf_id = 0                # keyframe ids: unique within the map (saved ones kept)
         self._lost_since_keyframe = False   # tracking thread: a frame failed or was relocalised
         self._loss_not_sent = False         # mapping thread: a skipped loop message's loss
+        # The occupancy grid (threaded: its own thread; sequential: inline after each keyframe).
+        self.grid: Optional[GridBuilder] = GridBuilder(cfg.grid, cfg.system.threaded) if cfg.grid.enabled else None
         self.loop: Optional[LoopCloser] = None
         if cfg.loop.enabled:
             if gtsam_available():
@@ -180,6 +185,8 @@ class SlamSystem:
         report = self.mapper.add_keyframe(kf)
         self.recorder.add_mapping(report, current_rss_mb(), self.store.nbytes() / 1e6,
                                   gpu_memory_sample(self.device))
+        if self.grid is not None:   # O(1) hand-over to the grid thread
+            self.grid.offer(kf, self.smap.latest().keyframe_poses)
         for hook in self.keyframe_hooks:
             hook(report)
 
@@ -229,7 +236,14 @@ class SlamSystem:
         finally:
             self.recorder.finish()
             self._reexpress_trajectory()
+            self._finish_grid()
         return self.recorder
+
+    def _finish_grid(self) -> None:
+        """Bring the grid to the final keyframe poses (every thread has ended; also after Ctrl-C
+        or a stage error, so that a stopped run still writes its grid)."""
+        if self.grid is not None:
+            self.grid.finish(dict(self.mapper.keyframe_poses))
 
     def _reexpress_trajectory(self) -> None:
         """The trajectory through the final keyframe poses: every frame's pose becomes its
@@ -261,6 +275,8 @@ class SlamSystem:
                          else self.smap.anchors[: self.smap.n]).detach(),
             loop=self.loop.summary() if self.loop is not None else None,
             pose_refinement=self._pose_refinement_summary(),
+            grid=self.grid.latest() if self.grid is not None else None,
+            grid_stats=self.grid.stats() if self.grid is not None else None,
         )
 
     def _pose_refinement_summary(self) -> dict:
