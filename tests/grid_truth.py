@@ -3,7 +3,9 @@ no grid code. A cell is occupied when the closed cell meets a solid between the 
 an object (every object of the room is convex: its footprint in the band is the convex hull of its
 vertices in the band and of its edges' crossings of the band's two planes) or the walls (all
 outside the room's [0, W] x [0, D] rectangle is solid). Otherwise, inside the room, it is free.
-Cells are tested at 5 x 5 points including their borders."""
+Cells are tested at 5 x 5 points spanning the cell grown by ``TOL_M`` on each side: the room's
+walls lie on cell borders, where a floor frame a few micrometres off the room's would otherwise
+flip a whole wall's cells."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +13,7 @@ import numpy as np
 from slam.data.synthetic.room import ROOM, build_scene_objects
 
 SUB = 5
+TOL_M = 0.005
 
 
 def _band_footprint(verts: np.ndarray, tris: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
@@ -71,7 +74,7 @@ def true_floor_plan(x0: float, y0: float, width: int, height: int, resolution: f
     [x0 + c res, x0 + (c + 1) res] x [y0 + r res, ...] in the grid's frame, whose pose in the
     room (world) is ``T_world_floor`` (4, 4; default identity: the room's x, y)."""
     W, D, _ = ROOM
-    s = np.linspace(0.0, 1.0, SUB)
+    s = np.linspace(-TOL_M / resolution, 1.0 + TOL_M / resolution, SUB)
     cx, cy = np.meshgrid(np.arange(width), np.arange(height))
     # (H, W, SUB*SUB, 2) sample points
     ox = (x0 + (cx[..., None] + s[None, None, :]) * resolution)

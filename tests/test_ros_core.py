@@ -278,6 +278,18 @@ def test_transforms_per_tf_mode():
     assert out_data.transforms(7, T, "external_odom", "map", "odom", "cam", None) == []
     o = out_data.odometry(7, T, "map_odom_camera", "map", "odom", "cam")
     assert (o.frame, o.child) == ("odom", "cam")
+    # a loop closure's correction goes into map -> odom; odom -> cam is the pose without it
+    C = _pose(0.05, (0.3, -0.1, 0.02))
+    mo, oc = out_data.transforms(7, T, "map_odom_camera", "map", "odom", "cam", T_map_odom=C)
+    np.testing.assert_allclose(_matrix(mo.pose), C, atol=1e-12)
+    np.testing.assert_allclose(_matrix(mo.pose) @ _matrix(oc.pose), T, atol=1e-12)
+    o = out_data.odometry(7, T, "map_odom_camera", "map", "odom", "cam", C)
+    np.testing.assert_allclose(_matrix(o.pose), np.linalg.inv(C) @ T, atol=1e-12)
+    # the correction in the REP-103 map: conjugated, so that map->odom->cam = map->cam still holds
+    Cw, Tw = _pose(0.1, (0.2, 0.0, 0.1)), _pose()
+    mo, oc = out_data.transforms(7, out_data.camera_in_map(Tw, True), "map_odom_camera", "map", "odom", "cam",
+                                 T_map_odom=out_data.odom_in_map(Cw, True))
+    np.testing.assert_allclose(_matrix(oc.pose), out_data.camera_in_map(np.linalg.inv(Cw) @ Tw, True), atol=1e-12)
     assert out_data.odometry(7, T, "map_camera", "map", "odom", "cam").frame == "map"
 
 
@@ -336,6 +348,14 @@ def test_messages_serialise_and_read_back(flavour):
     im = _roundtrip(flavour, make.image(out_data.ImageData(ns, "cam", px)))
     assert (im.encoding, im.width, im.height, im.step) == ("rgb8", 5, 4, 15)
     np.testing.assert_array_equal(np.frombuffer(bytes(im.data), np.uint8).reshape(4, 5, 3), px)
+    cells = np.array([[-1, 0, 100], [37, -1, 0]], np.int8)
+    gd = out_data.GridData(ns, "map", 0.05, out_data.PoseData.from_matrix(T), cells)
+    og = _roundtrip(flavour, make.occupancy_grid(gd))
+    assert (og.header.frame_id, og.info.width, og.info.height) == ("map", 3, 2)
+    assert og.info.resolution == pytest.approx(0.05)
+    np.testing.assert_array_equal(np.asarray(og.data, dtype=np.int8).reshape(2, 3), cells)
+    o = og.info.origin.position
+    np.testing.assert_allclose([o.x, o.y, o.z], T[:3, 3])
     st = _roundtrip(flavour, make.status(out_data.StatusData(ns, "lost", "depth inliers: 40% (< 90%)")))
     assert st.data == f"lost {ns} depth inliers: 40% (< 90%)"
 
@@ -413,13 +433,14 @@ def test_nothing_in_slam_imports_the_ros_package():
 # --------------------------------------------------------------------------- the bridge, end to end
 class FakeSink:
     def __init__(self):
-        self.odom, self.tf, self.clouds, self.images, self.status = [], [], [], [], []
+        self.odom, self.tf, self.clouds, self.images, self.status, self.grids = [], [], [], [], [], []
 
     def publish_odometry(self, d): self.odom.append(d)
     def publish_status(self, d): self.status.append(d)
     def publish_transforms(self, items): self.tf.extend(items)
     def publish_cloud(self, d): self.clouds.append(d)
     def publish_image(self, d): self.images.append(d)
+    def publish_grid(self, d): self.grids.append(d)
     def lookup_odom_camera(self, *a): return None
 
 
@@ -432,9 +453,10 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     from slam.resources import resolve_data_path
 
     cfg = load_config("default.yaml", ["system.threaded=false", "system.device=cpu", "tracking.iters=2",
-                                       "mapping.iters=3", "output.plots=false", "system.progress=false"])
+                                       "mapping.iters=3", "output.plots=false", "system.progress=false",
+                                       "grid.floor_keyframes=1"])
     params = RosParams(out=str(tmp_path / "run"), queue_policy="block", cloud_period_s=0.01, render_period_s=0.01,
-                       max_pending=2)   # lossless mode: up to max_pending pairs wait for CameraInfo
+                       max_pending=2, grid_period_s=0.01)   # lossless mode: up to max_pending pairs wait for CameraInfo
     sink = FakeSink()
     bridge = SlamBridge(params, cfg, sink)
     bridge.start()
@@ -476,6 +498,9 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     assert sink.status[0].text.startswith(sink.status[0].status + " ")
     assert {(t.parent, t.child) for t in sink.tf} == {("map", "odom"), ("odom", "camera_color_optical_frame")}
     assert sink.clouds[-1].width > 100 and sink.images[-1].pixels.shape == (120, 160, 3)
+    # the occupancy grid: the final one at shutdown, as the run folder's
+    assert sink.grids and sink.grids[-1].frame == "map"
+    assert list(sink.grids[-1].cells.shape) == metrics["grid"]["size_cells"] and (run_grid := tmp_path / "run" / "map.yaml").exists()
     assert sink.images[-1].pixels.mean() > 10   # the map is visible from the current pose
     assert metrics["frames"] == 4
     ri = metrics["ros_input"]

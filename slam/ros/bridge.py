@@ -51,16 +51,17 @@ class Sink(Protocol):
     def publish_transforms(self, items: list) -> None: ...
     def publish_cloud(self, d: out_data.CloudData) -> None: ...
     def publish_image(self, d: out_data.ImageData) -> None: ...
+    def publish_grid(self, d: out_data.GridData) -> None: ...
     def lookup_odom_camera(self, stamp_ns: int, odom_frame: str, camera_frame: str) -> Optional[np.ndarray]: ...
 
 
 class TopicSink:
     """The publishing half of a ``Sink`` shared by both middleware layers: a subclass sets
-    ``make`` (a ``MessageFactory``), ``odom_pub``, ``status_pub``, ``cloud_pub``, ``image_pub``
-    (objects with ``publish(msg)``) and ``tf`` (a TF broadcaster, or None: no TF) and provides
-    ``lookup_odom_camera``."""
+    ``make`` (a ``MessageFactory``), ``odom_pub``, ``status_pub``, ``cloud_pub``, ``image_pub``,
+    ``grid_pub`` (objects with ``publish(msg)``) and ``tf`` (a TF broadcaster, or None: no TF) and
+    provides ``lookup_odom_camera``."""
 
-    make = odom_pub = status_pub = cloud_pub = image_pub = tf = None
+    make = odom_pub = status_pub = cloud_pub = image_pub = grid_pub = tf = None
 
     def publish_odometry(self, d: out_data.OdometryData) -> None:
         self.odom_pub.publish(self.make.odometry(d))
@@ -77,6 +78,9 @@ class TopicSink:
 
     def publish_image(self, d: out_data.ImageData) -> None:
         self.image_pub.publish(self.make.image(d))
+
+    def publish_grid(self, d: out_data.GridData) -> None:
+        self.grid_pub.publish(self.make.occupancy_grid(d))
 
 
 def snapshot_rows(snap) -> torch.Tensor:
@@ -117,6 +121,8 @@ class SlamBridge:
         self._cloud_throttle = out_data.Throttle(params.cloud_period_s)
         self._render_throttle = out_data.Throttle(params.render_period_s)
         self._cloud_version = -1
+        self._grid_throttle = out_data.Throttle(params.grid_period_s)
+        self._grid_version = -1
         self._rendered_ns: Optional[int] = None   # stamp of the last frame rendered
         self._worker: Optional[threading.Thread] = None
         self._extras: Optional[threading.Thread] = None
@@ -160,6 +166,10 @@ class SlamBridge:
             self._wake.set()
             if self._extras is not None:
                 self._extras.join(10.0)
+            try:   # the final grid (latched): what a planner started after the run gets
+                self.publish_grid()
+            except Exception:  # noqa: BLE001 - a publisher problem must not cost the run folder
+                log.error("publishing the final grid failed:\n%s", traceback.format_exc())
             ros_input = {"pairs": self.matcher.counts["pairs"], "matcher": dict(self.matcher.counts),
                          "dropped": dict(self.drops), "queue_drops": self.source.stats.skipped,
                          "published_odometry": self.published, "qos_incompatible": dict(self.qos_incompatible)}
@@ -250,10 +260,12 @@ class SlamBridge:
         p = self.params
         cam = self.camera_frame or DEFAULT_CAMERA_FRAME
         T_map_cam = out_data.camera_in_map(rec.T_wc, p.rep103_map)
+        T_map_odom = out_data.odom_in_map(self.system.odom_correction(), p.rep103_map)
         if not rec.ok:
             log.warning("tracking lost at %.6f s; publishing the best pose estimate", frame.timestamp)
         try:
-            self.sink.publish_odometry(out_data.odometry(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam))
+            self.sink.publish_odometry(out_data.odometry(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam,
+                                                         T_map_odom))
             self.sink.publish_status(out_data.StatusData(t_ns, rec.status, rec.reason or ""))
             self.published += 1
             if p.publish_tf:
@@ -263,7 +275,8 @@ class SlamBridge:
                     if T_odom_cam is None:
                         log.warning("no %s -> %s transform at %.6f s; map -> odom not published",
                                     p.odom_frame, cam, frame.timestamp)
-                items = out_data.transforms(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam, T_odom_cam)
+                items = out_data.transforms(t_ns, T_map_cam, self.tf_mode, p.map_frame, p.odom_frame, cam, T_odom_cam,
+                                            T_map_odom)
                 if items:
                     self.sink.publish_transforms(items)
         except Exception:  # noqa: BLE001 - a publisher problem must not stop tracking
@@ -283,6 +296,7 @@ class SlamBridge:
                 log.error("cloud/image publishing failed:\n%s", traceback.format_exc())
 
     def _publish_extras(self, now: float) -> None:
+        self.publish_grid(now)
         snap = self.system.latest_map()
         if snap is None or snap.size == 0:
             return
@@ -296,6 +310,19 @@ class SlamBridge:
         if t_ns != self._rendered_ns and self._render_throttle.ready(now):   # each tracked frame once at most
             self._rendered_ns = t_ns
             self.sink.publish_image(self.render(snap, T_wc, K, w, h, t_ns))
+
+    def publish_grid(self, now: Optional[float] = None) -> bool:
+        """The occupancy grid on ``grid_topic`` when a new version exists (throttled by
+        ``grid_period_s``; ``now`` None: at once, e.g. the final grid at shutdown). True if sent."""
+        grid = self.system.grid.latest() if self.system.grid is not None else None
+        if grid is None or grid.floor is None or grid.version == self._grid_version:
+            return False
+        if now is not None and not self._grid_throttle.ready(now):
+            return False
+        self._grid_version = grid.version
+        stamp = self._last[0] if self._last is not None else time.time_ns()
+        self.sink.publish_grid(out_data.grid(stamp, self.params.map_frame, grid, self.params.rep103_map))
+        return True
 
     def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:
         """The map rendered at ``T_wc`` -> rgb8 image data in the camera frame (on this thread's

@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from slam.ros.out_data import CloudData, ImageData, OdometryData, PoseData, StatusData, TransformData
+from slam.ros.out_data import CloudData, GridData, ImageData, OdometryData, PoseData, StatusData, TransformData
 
 
 @dataclass
 class Flavour:
-    """cls('nav_msgs/msg/Odometry') -> class; time(ns) -> a time object; f64(list) / u8(bytes) ->
-    what the message fields expect."""
+    """cls('nav_msgs/msg/Odometry') -> class; time(ns) -> a time object; f64(list) / u8(bytes) /
+    i8(int8 array) -> what the message fields expect."""
 
     name: str
     cls: Callable[[str], type]
@@ -30,6 +30,7 @@ class Flavour:
     header_has_seq: bool
     f64: Callable[[list], Any]
     u8: Callable[[bytes], Any]
+    i8: Callable[[np.ndarray], Any] = lambda a: [int(v) for v in np.asarray(a, dtype=np.int8).ravel()]
 
 
 def _module_class(name: str) -> type:
@@ -49,7 +50,8 @@ def rclpy_flavour() -> Flavour:
 
     return Flavour("rclpy", _module_class,
                    lambda ns: Time(sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000)),
-                   False, lambda v: array.array("d", v), lambda b: array.array("B", b))
+                   False, lambda v: array.array("d", v), lambda b: array.array("B", b),
+                   lambda a: array.array("b", np.ascontiguousarray(a, dtype=np.int8).tobytes()))
 
 
 def rosbags_flavour(typestore, ros1: bool) -> Flavour:
@@ -57,12 +59,13 @@ def rosbags_flavour(typestore, ros1: bool) -> Flavour:
     Time = typestore.types["builtin_interfaces/msg/Time"]
     return Flavour("rosbags-ros1" if ros1 else "rosbags-ros2", lambda n: typestore.types[n],
                    lambda ns: Time(sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000)),
-                   ros1, lambda v: np.asarray(v, dtype=np.float64), lambda b: np.frombuffer(b, dtype=np.uint8).copy())
+                   ros1, lambda v: np.asarray(v, dtype=np.float64), lambda b: np.frombuffer(b, dtype=np.uint8).copy(),
+                   lambda a: np.ascontiguousarray(a, dtype=np.int8).ravel().copy())
 
 
 class MessageFactory:
-    """Builds Header, Odometry, TransformStamped, TFMessage, PointCloud2, Image and String (status)
-    messages."""
+    """Builds Header, Odometry, TransformStamped, TFMessage, PointCloud2, Image, OccupancyGrid and
+    String (status) messages."""
 
     def __init__(self, flavour: Flavour) -> None:
         self.f = flavour
@@ -123,3 +126,10 @@ class MessageFactory:
         return self.f.cls("sensor_msgs/msg/Image")(
             header=self.header(d.stamp_ns, d.frame), height=h, width=w, encoding=d.encoding,
             is_bigendian=0, step=w * 3, data=self.f.u8(px.tobytes()))
+
+    def occupancy_grid(self, d: GridData):
+        c = self.f.cls
+        info = c("nav_msgs/msg/MapMetaData")(map_load_time=self.f.time(d.stamp_ns), resolution=float(d.resolution),
+                                            width=d.width, height=d.height, origin=self._pose(d.origin))
+        return c("nav_msgs/msg/OccupancyGrid")(header=self.header(d.stamp_ns, d.frame), info=info,
+                                               data=self.f.i8(d.cells))

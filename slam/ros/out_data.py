@@ -5,7 +5,9 @@ With ``rep103_map`` the published ``map`` is that frame rotated to REP-103 body 
 y left, z up), so ``T_map_cam = R_MAP_OPTICAL @ T_wc``. Transforms published per frame:
 
 - ``map_camera``:      map -> camera                      (T_map_cam)
-- ``map_odom_camera``: map -> odom (identity), odom -> camera (T_map_cam); SLAM is the odometry
+- ``map_odom_camera``: map -> odom (the map's correction of the tracker's drift: loop closures,
+                       ``SlamSystem.odom_correction``), odom -> camera (the pose as tracked
+                       without those corrections: it never jumps); SLAM is the odometry
 - ``external_odom``:   map -> odom = T_map_cam @ inv(T_odom_cam), T_odom_cam from another source
 """
 from __future__ import annotations
@@ -109,28 +111,73 @@ def camera_in_map(T_wc: np.ndarray, rep103: bool) -> np.ndarray:
     return map_from_world(rep103) @ np.asarray(T_wc, dtype=np.float64)
 
 
+def odom_in_map(T_map_odom_world: np.ndarray, rep103: bool) -> np.ndarray:
+    """(4, 4) T_map_odom in the published frames from the SLAM's correction (world frame,
+    ``SlamSystem.odom_correction``): the odom frame has the map's axes at its origin."""
+    M = map_from_world(rep103)
+    return M @ np.asarray(T_map_odom_world, dtype=np.float64) @ np.linalg.inv(M)
+
+
 def odometry(stamp_ns: int, T_map_cam: np.ndarray, mode: str, map_frame: str, odom_frame: str,
-             camera_frame: str) -> OdometryData:
-    """The camera pose as Odometry: in ``odom`` when SLAM is the odometry, else in ``map``."""
-    frame = odom_frame if mode == "map_odom_camera" else map_frame
-    return OdometryData(stamp_ns, frame, camera_frame, PoseData.from_matrix(T_map_cam))
+             camera_frame: str, T_map_odom: Optional[np.ndarray] = None) -> OdometryData:
+    """The camera pose as Odometry: in ``odom`` (inv(T_map_odom) @ T_map_cam; T_map_odom
+    default identity) when SLAM is the odometry, else in ``map``."""
+    if mode == "map_odom_camera":
+        T = T_map_cam if T_map_odom is None else np.linalg.inv(T_map_odom) @ T_map_cam
+        return OdometryData(stamp_ns, odom_frame, camera_frame, PoseData.from_matrix(T))
+    return OdometryData(stamp_ns, map_frame, camera_frame, PoseData.from_matrix(T_map_cam))
 
 
 def transforms(stamp_ns: int, T_map_cam: np.ndarray, mode: str, map_frame: str, odom_frame: str,
-               camera_frame: str, T_odom_cam: Optional[np.ndarray] = None) -> list[TransformData]:
+               camera_frame: str, T_odom_cam: Optional[np.ndarray] = None,
+               T_map_odom: Optional[np.ndarray] = None) -> list[TransformData]:
     """The TF tree for one frame (see module docstring). ``external_odom`` needs ``T_odom_cam``
-    (the odometry source's camera pose at the same stamp); without it nothing is published."""
+    (the odometry source's camera pose at the same stamp); without it nothing is published.
+    ``map_odom_camera`` takes the map's correction ``T_map_odom`` (published frames; default
+    identity)."""
     if mode == "map_camera":
         return [TransformData(stamp_ns, map_frame, camera_frame, PoseData.from_matrix(T_map_cam))]
     if mode == "map_odom_camera":
-        return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(np.eye(4))),
-                TransformData(stamp_ns, odom_frame, camera_frame, PoseData.from_matrix(T_map_cam))]
+        T_mo = np.eye(4) if T_map_odom is None else np.asarray(T_map_odom, dtype=np.float64)
+        return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(T_mo)),
+                TransformData(stamp_ns, odom_frame, camera_frame, PoseData.from_matrix(np.linalg.inv(T_mo) @ T_map_cam))]
     if mode == "external_odom":
         if T_odom_cam is None:
             return []
         T_map_odom = T_map_cam @ np.linalg.inv(np.asarray(T_odom_cam, dtype=np.float64))
         return [TransformData(stamp_ns, map_frame, odom_frame, PoseData.from_matrix(T_map_odom))]
     raise ValueError(f"unknown tf mode '{mode}'")
+
+
+@dataclass(frozen=True)
+class GridData:
+    """nav_msgs/OccupancyGrid content: ``cells`` (H, W) int8 row-major from the origin cell
+    (-1 unknown, else occupancy in percent), ``resolution`` m per cell, ``origin`` the pose of
+    cell (0, 0)'s outer corner in ``frame`` (the grid lies in that pose's x-y plane)."""
+
+    stamp_ns: int
+    frame: str
+    resolution: float
+    origin: PoseData
+    cells: np.ndarray
+
+    @property
+    def width(self) -> int:
+        return int(self.cells.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.cells.shape[0])
+
+
+def grid(stamp_ns: int, frame: str, snap, rep103: bool) -> GridData:
+    """A published ``slam.grid.occupancy.GridSnapshot`` -> OccupancyGrid data in the map frame:
+    the origin is the grid's corner cell in the floor frame, carried into the map
+    (``map_from_world(rep103) @ T_world_floor``)."""
+    T_corner = np.eye(4)
+    T_corner[:2, 3] = snap.origin_xy
+    T = map_from_world(rep103) @ snap.floor.T_world_floor() @ T_corner
+    return GridData(stamp_ns, frame, float(snap.resolution), PoseData.from_matrix(T), snap.occupancy)
 
 
 def transform_matrix(tf_msg) -> np.ndarray:

@@ -51,6 +51,9 @@ class RosParams:
     cloud_period_s: float = 2.0          # point cloud at most this often (<= 0: never)
     cloud_max_points: int = 100_000      # subsampled (evenly) above this
     render_period_s: float = 0.0         # rendered image at most this often (<= 0: never)
+    grid_topic: str = "/map"             # the occupancy grid (grid.enabled; nav_msgs/OccupancyGrid,
+                                         # latched / transient local: what Nav2 and map_server use)
+    grid_period_s: float = 1.0           # occupancy grid at most this often (<= 0: only at shutdown)
     info_warn_period_s: float = 5.0      # how often "waiting for CameraInfo" is repeated
     max_pending: int = 30                # unmatched messages kept per stream
 

@@ -6,7 +6,8 @@
 Subscribes (private params override the config's data.* names): colour image, aligned depth
 image, camera_info. Publishes: ``~odom`` (nav_msgs/Odometry), ``/tf`` (REP-105), ``~cloud``
 (sensor_msgs/PointCloud2, latched, throttled), ``~rendered`` (sensor_msgs/Image, throttled, off
-by default). Service ``~save_map`` (std_srvs/Trigger). On shutdown (Ctrl-C, SIGTERM,
+by default), the occupancy grid on ``grid_topic`` (default ``/map``, nav_msgs/OccupancyGrid,
+latched, throttled). Service ``~save_map`` (std_srvs/Trigger). On shutdown (Ctrl-C, SIGTERM,
 ``rosnode kill``) the run folder is written like ``run_slam``'s.
 
 Debian's ROS 1 python packages live in /usr/lib/python3/dist-packages; when the venv cannot import
@@ -102,9 +103,9 @@ class Ros1RootFinder(importlib.abc.MetaPathFinder):
 class Ros1Sink(TopicSink):
     """Publishers, TF broadcaster and TF lookups of the rospy node (``bridge.Sink``)."""
 
-    def __init__(self, rospy, external_odom: bool) -> None:
+    def __init__(self, rospy, external_odom: bool, grid_topic: str = "/map") -> None:
         import tf2_ros
-        from nav_msgs.msg import Odometry
+        from nav_msgs.msg import OccupancyGrid, Odometry
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
 
@@ -114,6 +115,7 @@ class Ros1Sink(TopicSink):
         self.status_pub = rospy.Publisher("~tracking_status", String, queue_size=50)
         self.cloud_pub = rospy.Publisher("~cloud", PointCloud2, queue_size=1, latch=True)
         self.image_pub = rospy.Publisher("~rendered", Image, queue_size=1)
+        self.grid_pub = rospy.Publisher(grid_topic, OccupancyGrid, queue_size=1, latch=True)
         self.tf = tf2_ros.TransformBroadcaster()
         self.buffer = None
         if external_odom:
@@ -160,7 +162,7 @@ def main(argv: Optional[list] = None) -> int:
         rospy.logfatal("slam_ros1_node: %s", exc)
         return 2
     ext = params.resolved_tf_mode() == "external_odom"
-    bridge = SlamBridge(params, cfg, Ros1Sink(rospy, ext))
+    bridge = SlamBridge(params, cfg, Ros1Sink(rospy, ext, params.grid_topic))
     bridge.start()
     t = bridge.topics
     q = params.sub_queue_size

@@ -12,7 +12,9 @@ callback group per topic, so each topic's messages are handled in order while co
 run in parallel. Outputs: ``~/odom`` and ``~/tracking_status`` (reliable, depth 50), ``/tf``
 (tf2_ros, when importable: there are no tf2 wheels for the pip-installed ROS 2; without it no
 TF is published and ``tf_mode: external_odom`` is refused), ``~/cloud`` (reliable, transient
-local, depth 1: late subscribers get the last cloud), ``~/rendered``. Service ``~/save_map``
+local, depth 1: late subscribers get the last cloud), ``~/rendered``, the occupancy grid on
+``grid_topic`` (default ``/map``; reliable, transient local, depth 1, as Nav2's map subscribers
+expect). Service ``~/save_map``
 (std_srvs/Trigger). A peer with incompatible QoS on any of these topics is logged and counted
 in metrics.json (``ros_input.qos_incompatible``). Tested for real in tests/test_ros2_integration.py.
 
@@ -88,8 +90,8 @@ def qos_event_callbacks(kind: str, topic: str, report: Callable[[], Optional[Qos
 class Ros2Sink(TopicSink):
     """Publishers, TF broadcaster and TF lookups of the rclpy node (``bridge.Sink``)."""
 
-    def __init__(self, node, tf_mode: str, publish_tf: bool) -> None:
-        from nav_msgs.msg import Odometry
+    def __init__(self, node, tf_mode: str, publish_tf: bool, grid_topic: str = "/map") -> None:
+        from nav_msgs.msg import OccupancyGrid, Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
@@ -109,6 +111,7 @@ class Ros2Sink(TopicSink):
         self.status_pub = pub(String, "~/tracking_status", 50)
         self.cloud_pub = pub(PointCloud2, "~/cloud", latched)
         self.image_pub = pub(Image, "~/rendered", 1)
+        self.grid_pub = pub(OccupancyGrid, grid_topic, latched)   # transient local: Nav2's costmaps
         tf2_ros = import_tf2_ros()
         self.tf = self.buffer = None
         if tf2_ros is None:
@@ -187,7 +190,7 @@ def main(argv: Optional[list] = None) -> int:
     try:
         params = params_from_mapping(declare_params(node))
         cfg = load_config(params.config, params.overrides)
-        sink = Ros2Sink(node, params.resolved_tf_mode(), params.publish_tf)
+        sink = Ros2Sink(node, params.resolved_tf_mode(), params.publish_tf, params.grid_topic)
     except (ConfigError, FileNotFoundError) as exc:
         node.get_logger().fatal(f"slam_ros2_node: {exc}")
         node.destroy_node()

@@ -137,6 +137,12 @@ class SlamSystem:
         """The map version the tracker uses now (None before the first keyframe is mapped)."""
         return self.smap.latest()
 
+    def odom_correction(self) -> np.ndarray:
+        """(4, 4) T_map_odom: every correction the map (loop closures, refinement) has moved the
+        tracker by so far (tracking thread, e.g. a frame hook): ``inv(T_map_odom) @ T_wc`` is the
+        frame's pose in a frame that never jumps (REP-105's odom)."""
+        return self.frontend.T_map_odom.copy()
+
     def slow_stream(self) -> bool:
         """The input is slow (usual frame interval above ``system.slow_stream_interval_s``): the
         threaded runner then lets each keyframe be mapped before the next frame is tracked."""

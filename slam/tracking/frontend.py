@@ -60,6 +60,10 @@ class TrackingFrontend:
         # knows it, the loop corrections the map had applied then). None before the first keyframe.
         self.reference: Optional[tuple[int, np.ndarray, int]] = None
         self.rebases = 0
+        # The product of every correction ``follow_map`` moved the tracker by (4, 4): the map's
+        # correction of the tracker's drift so far. inv(T_map_odom) @ T_wc is a pose that never
+        # jumps at a loop closure (REP-105's odom frame; the ROS node's map -> odom).
+        self.T_map_odom = np.eye(4)
 
     def set_reference(self, kf_id: int, T_wc: np.ndarray, loops_seen: int = 0) -> None:
         """Frame poses from now on are relative to keyframe ``kf_id`` made at ``T_wc``, tracked
@@ -85,7 +89,9 @@ class TrackingFrontend:
         self.reference = (kf_id, np.array(T_map, copy=True), len(snap.loop_later))
         if np.allclose(T_map, T_known, rtol=0.0, atol=1e-9):
             return
-        self.tracker.rebase(orthonormalize(T_map @ invert(T_known)))
+        C = orthonormalize(T_map @ invert(T_known))
+        self.tracker.rebase(C)
+        self.T_map_odom = orthonormalize(C @ self.T_map_odom)
         self.rebases += 1
 
     def relative_to_reference(self, T_wc: np.ndarray) -> tuple[int, Optional[np.ndarray]]:
