@@ -99,8 +99,8 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     n = 10
     rrd = tmp_path / "run.rrd"
     res = subprocess.run([sys.executable, "-m", "slam.cli", "--set", f"data.last={n}", "--set", "viewer.map_every=4",
-                          "--set", "output.mesh=true", "--set", "mapping.final_iters=0", "--rrd", str(rrd),
-                          "--out", str(tmp_path / "run"), "--quiet"],
+                          "--set", "output.mesh=true", "--set", "mapping.final_iters=0", "--set", "grid.floor_keyframes=1",
+                          "--rrd", str(rrd), "--out", str(tmp_path / "run"), "--quiet"],
                          env=ENV, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert rrd.is_file() and rrd.stat().st_size > 10_000
@@ -118,6 +118,7 @@ def test_rrd_recording_reads_back_with_expected_entities_and_frames(tmp_path):
     for rendered in ("/render/rgb", "/render/depth", "/world/map"):
         assert frames[rendered] and frames[rendered] <= every - {0}   # the map exists from frame 1 on
     assert max(frames["/world/trajectory/estimate"]) == n - 1
+    assert frames["/grid"] and frames["/grid"] <= every - {0}   # the occupancy grid, with the map
     assert max(frames["/world/trajectory/ground_truth"]) == n - 1
 
     # The same run folder, after the fact: slam_view_run writes a recording of it.

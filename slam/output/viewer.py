@@ -15,6 +15,8 @@ Entity paths (timeline "frame" = source frame index):
     world/camera                    Transform3D, estimated camera-to-world pose
     world/camera/image              Pinhole (frustum), children rgb (JPEG), depth (DepthImage, uint16 mm)
     render/rgb, render/depth        the map rendered at the estimated pose
+    grid                            Image, the occupancy grid (white free, black occupied, grey
+                                    unknown; north = the grid's +y), when it changed, with the map
     metrics/fps | spheres | tracking_loss | peak_memory_mb   Scalars
 """
 from __future__ import annotations
@@ -106,6 +108,7 @@ def default_blueprint(has_gt: bool = True):
         rrb.Spatial2DView(name="rendered colour", origin="render", contents="$origin/rgb"),
         rrb.Spatial2DView(name="input depth", origin="world/camera/image", contents="$origin/depth"),
         rrb.Spatial2DView(name="rendered depth", origin="render", contents="$origin/depth"),
+        rrb.Spatial2DView(name="occupancy grid", origin="grid"),
         grid_columns=2,
     )
     plots = rrb.Horizontal(*[rrb.TimeSeriesView(name=name.replace("_", " "), origin=f"metrics/{name}")
@@ -129,6 +132,8 @@ class RerunViewer:
         self.max_points = int(max_points)
         self.render_width = render_width
         self.payloads = LatestQueue(queue)
+        self.grid_source = None          # () -> the latest GridSnapshot or None (attach_viewer)
+        self._grid_version = -1
         self._records: list[_Record] = []
         self._lock = threading.Lock()
         self._last_hook: Optional[float] = None
@@ -230,6 +235,7 @@ class RerunViewer:
             self._last_snapshot = snap
             if self._last_map is None or p.index - self._last_map >= self.map_every:
                 self._log_map(snap)
+                self._log_grid()
                 self._last_map = p.index
         self.logged_payloads += 1
 
@@ -262,6 +268,18 @@ class RerunViewer:
         if edges:
             self.rec.log("world/loop_edges", rr.LineStrips3D(edges, colors=[[220, 40, 200]], radii=[0.006]))
 
+    def _log_grid(self) -> None:
+        """The occupancy grid as a small grey image, when a new version was published."""
+        import rerun as rr
+
+        grid = self.grid_source() if self.grid_source is not None else None
+        if grid is None or grid.version == self._grid_version:
+            return
+        self._grid_version = grid.version
+        p = grid.occupancy
+        px = np.where(p < 0, 160, 255 - (p.astype(np.int32) * 255) // 100).astype(np.uint8)[::-1]
+        self.rec.log("grid", rr.Image(np.ascontiguousarray(px)))
+
     def stats(self) -> dict:
         """What the viewer did and cost (for metrics.json)."""
         return {"payloads_logged": self.logged_payloads, "payloads_dropped": self.payloads.dropped,
@@ -271,7 +289,7 @@ class RerunViewer:
 
     # ------------------------------------------------------------------ shutdown
     def close(self, timeout: float = 30.0) -> None:
-        """Log what is pending plus the final map, flush the sinks, stop the thread. Never raises:
+        """Log what is pending plus the final map and grid, flush the sinks, stop the thread. Never raises:
         a viewer that went away (closed window, no display) must not cost the run its outputs."""
         self.payloads.close()
         self._thread.join(timeout)
@@ -280,6 +298,7 @@ class RerunViewer:
             if self._last_snapshot is not None and self._last_index is not None:  # the final map
                 self.rec.set_time(TIMELINE, sequence=self._last_index)      # (time is per thread)
                 self._log_map(self._last_snapshot)
+                self._log_grid()                                            # the final grid
             self.rec.flush(timeout_sec=timeout)
         except Exception as exc:  # noqa: BLE001 - see docstring
             self.error = self.error or exc
@@ -327,5 +346,7 @@ def attach_viewer(system, vcfg, connect: Optional[str] = None) -> RerunViewer:
                                blueprint=default_blueprint(), serve=vcfg if vcfg.serve else None)
     viewer = RerunViewer(rec, system.device, system.cfg.raster.backend, vcfg.map_every, vcfg.max_points)
     viewer.live = live
+    if getattr(system, "grid", None) is not None:
+        viewer.grid_source = system.grid.latest
     system.frame_hooks.append(viewer.hook)
     return viewer
