@@ -114,11 +114,11 @@ def _run_node_and_player(ros, name: str, player_args: list) -> tuple[dict, Path]
     overrides = "[" + ", ".join(SLAM_SETTINGS) + "]"
     node = start([sys.executable, "-m", "slam.ros.ros1_node", "__name:=sphere_slam", "_config:=default.yaml",
                    f"_overrides:={overrides}", "_queue_policy:=block", "_cloud_period_s:=0.2",
-                   "_render_period_s:=0.5", f"_out:={run_dir}"], env, tmp / f"{name}_node.log")
+                   "_render_period_s:=0.5", "_grid_period_s:=0.2", f"_out:={run_dir}"], env, tmp / f"{name}_node.log")
     record = tmp / f"{name}_record.json"
     try:
         player = subprocess.run([sys.executable, "-m", "slam.ros.ros1_player", *player_args, "--record", str(record),
-                                 "--frame-timeout", "120"], env=env, cwd=str(REPO), capture_output=True,
+                                 "--frame-timeout", "120", "--wait-grid", "30"], env=env, cwd=str(REPO), capture_output=True,
                                 text=True, timeout=900, start_new_session=True)
         assert player.returncode == 0, f"player failed:\n{player.stdout}\n{player.stderr[-3000:]}\nnode log:\n" \
                                        f"{(tmp / f'{name}_node.log').read_text()[-3000:]}"
@@ -177,6 +177,12 @@ def test_live_frames_odometry_tf_cloud_and_ate(ros, offline_bag_run, capsys):
     assert rec["clouds"] and rec["clouds"][-1][2] > 100 and rec["clouds"][-1][4] == ["x", "y", "z", "rgb"]
     assert rec["clouds"][-1][1] == "map" and rec["clouds"][-1][3] == 16
     assert rec["images"] and rec["images"][-1][1:] == ["rgb8", 160, 120]
+    # the occupancy grid on /map (latched), in the map frame, with occupied and free cells
+    assert rec["grids"], "no occupancy grid on /map"
+    _, frame, w, h, res, occupied, free, unknown = rec["grids"][-1]
+    assert frame == "map" and res == pytest.approx(0.05, rel=1e-6) and occupied > 20 and free > 20, rec["grids"][-1]
+    assert occupied + free + unknown == w * h                    # trinary, as map_server publishes
+    assert (run_dir / "map.pgm").exists() and (run_dir / "map.yaml").exists()
     # the run folder, written on SIGINT like run_slam's
     for name in ("trajectory.txt", "map.ply", "metrics.json", "config.yaml", "log.txt"):
         assert (run_dir / name).exists(), name

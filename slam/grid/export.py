@@ -3,7 +3,9 @@ slam_toolbox read them), and a PNG for people with the trajectory drawn on it.
 
 map.yaml (map_server's format): ``image`` (the PGM beside it), ``resolution`` (m per pixel),
 ``origin`` [x, y, yaw] (the lower-left pixel's outer corner in the grid's frame, m, rad),
-``negate`` 0, ``occupied_thresh``, ``free_thresh``, ``mode`` trinary. The PGM (binary P5, 8 bit)
+``negate`` 0, ``occupied_thresh`` 0.65 and ``free_thresh`` 0.196 (map_server's defaults: how to
+read the trinary pixels back; the cells were classified with the config's grid.* thresholds),
+``mode`` trinary. The PGM (binary P5, 8 bit)
 is trinary: 0 (black) occupied, 254 (white) free, 205 (grey) unknown, the image's last row the
 grid's row 0 (map_server flips it). The grid's frame is the floor frame (``FloorFrame``): its
 pose in the SLAM world is written as a comment line and into metrics.json (grid.T_world_floor).
@@ -19,6 +21,7 @@ import numpy as np
 from slam.grid.occupancy import GridSnapshot
 
 OCCUPIED, FREE, UNKNOWN = 0, 254, 205      # trinary PGM values (map_saver's)
+READ_OCCUPIED, READ_FREE = 0.65, 0.196     # map.yaml's thresholds: map_server reads 0 / 254 / 205 back
 
 
 def trinary_pixels(tri: np.ndarray) -> np.ndarray:
@@ -61,7 +64,8 @@ def read_pgm(path: Path) -> np.ndarray:
 
 def write_map_files(run_dir: Path, grid: GridSnapshot, occupied_thresh: float, free_thresh: float,
                     stem: str = "map") -> tuple[Path, Path]:
-    """``<stem>.pgm`` + ``<stem>.yaml`` (map_server's format, module docstring); returns both paths."""
+    """``<stem>.pgm`` + ``<stem>.yaml`` (map_server's format, module docstring): cells classified
+    with ``occupied_thresh`` / ``free_thresh`` (probabilities); returns both paths."""
     run_dir = Path(run_dir)
     pgm, yml = run_dir / f"{stem}.pgm", run_dir / f"{stem}.yaml"
     write_pgm(pgm, trinary_pixels(grid.trinary(occupied_thresh, free_thresh)))
@@ -72,7 +76,7 @@ def write_map_files(run_dir: Path, grid: GridSnapshot, occupied_thresh: float, f
         f"# sphere-slam occupancy grid (map_server format). Frame: the floor frame, whose pose in the\n"
         f"# SLAM world (T_world_floor, rows) is: {rows}\n"
         f"image: {pgm.name}\nresolution: {grid.resolution:.6f}\norigin: [{x0:.6f}, {y0:.6f}, 0.0]\n"
-        f"negate: 0\noccupied_thresh: {occupied_thresh}\nfree_thresh: {free_thresh}\nmode: trinary\n")
+        f"negate: 0\noccupied_thresh: {READ_OCCUPIED}\nfree_thresh: {READ_FREE}\nmode: trinary\n")
     return pgm, yml
 
 

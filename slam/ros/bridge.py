@@ -321,7 +321,9 @@ class SlamBridge:
             return False
         self._grid_version = grid.version
         stamp = self._last[0] if self._last is not None else time.time_ns()
-        self.sink.publish_grid(out_data.grid(stamp, self.params.map_frame, grid, self.params.rep103_map))
+        g = self.cfg.grid
+        self.sink.publish_grid(out_data.grid(stamp, self.params.map_frame, grid, self.params.rep103_map,
+                                             g.occupied_thresh, g.free_thresh))
         return True
 
     def render(self, snap, T_wc: np.ndarray, K: np.ndarray, w: int, h: int, t_ns: int) -> out_data.ImageData:

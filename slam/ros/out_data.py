@@ -170,14 +170,16 @@ class GridData:
         return int(self.cells.shape[0])
 
 
-def grid(stamp_ns: int, frame: str, snap, rep103: bool) -> GridData:
-    """A published ``slam.grid.occupancy.GridSnapshot`` -> OccupancyGrid data in the map frame:
-    the origin is the grid's corner cell in the floor frame, carried into the map
-    (``map_from_world(rep103) @ T_world_floor``)."""
+def grid(stamp_ns: int, frame: str, snap, rep103: bool, occupied_thresh: float, free_thresh: float) -> GridData:
+    """A published ``slam.grid.occupancy.GridSnapshot`` -> OccupancyGrid data in the map frame,
+    trinary as map_server publishes it (100 occupied, 0 free, -1 unknown: Nav2's static layer
+    reads every value below 100 as free); the origin is the grid's corner cell in the floor frame,
+    carried into the map (``map_from_world(rep103) @ T_world_floor``)."""
     T_corner = np.eye(4)
     T_corner[:2, 3] = snap.origin_xy
     T = map_from_world(rep103) @ snap.floor.T_world_floor() @ T_corner
-    return GridData(stamp_ns, frame, float(snap.resolution), PoseData.from_matrix(T), snap.occupancy)
+    return GridData(stamp_ns, frame, float(snap.resolution), PoseData.from_matrix(T),
+                    snap.trinary(occupied_thresh, free_thresh))
 
 
 def transform_matrix(tf_msg) -> np.ndarray:

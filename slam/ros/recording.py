@@ -9,6 +9,8 @@ under one lock and lets the publishing thread wait for them:
 - tf: [stamp s, parent, child, x y z qx qy qz qw] per transform
 - clouds: [stamp s, frame, width, point_step, field names]
 - images: [stamp s, encoding, width, height] (+ the mean byte value with ``image_mean``)
+- grids: [stamp s, frame, width, height, resolution, occupied cells (>= 65), free cells (0..19),
+  unknown cells (-1)] (the node publishes trinary grids: 100, 0, -1)
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ class OutputRecord:
 
     def __init__(self, stamp_seconds: Callable[[object], float], image_mean: bool, poll_s: float) -> None:
         self.lock = threading.Condition()
-        self.odom, self.status, self.tf, self.clouds, self.images = [], [], [], [], []
+        self.odom, self.status, self.tf, self.clouds, self.images, self.grids = [], [], [], [], [], []
         self._t = stamp_seconds
         self._image_mean = image_mean
         self._poll_s = poll_s
@@ -60,6 +62,14 @@ class OutputRecord:
             row.append(sum(m.data) / max(1, len(m.data)))
         with self.lock:
             self.images.append(row)
+
+    def on_grid(self, m) -> None:
+        data = [int(v) for v in m.data]
+        row = [self._t(m.header.stamp), m.header.frame_id, m.info.width, m.info.height, m.info.resolution,
+               sum(v >= 65 for v in data), sum(0 <= v < 20 for v in data), sum(v < 0 for v in data)]
+        with self.lock:
+            self.grids.append(row)
+            self.lock.notify_all()
 
     def wait(self, what: str, n: int, timeout_s: float) -> bool:
         """Wait until ``len(self.<what>) >= n``; False on timeout."""

@@ -12,7 +12,8 @@ byte for byte (raw ROS 1 serialisation, like ``rosbag play``). Pacing: lock-step
 (after each colour/depth pair, wait until the node has published that many Odometry messages, so
 nothing is dropped however slow the SLAM is); ``--rate HZ`` publishes at a fixed rate instead.
 The record (JSON): odometry [stamp, frame, child, x y z qx qy qz qw], tf [stamp, parent, child,
-x y z qx qy qz qw], clouds [stamp, frame, width], images, timings.
+x y z qx qy qz qw], clouds [stamp, frame, width], images, grids (the occupancy grid on
+``--grid-topic``, latched), timings.
 """
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def _bag_messages(path: str, topics: dict):
 class Recorder(OutputRecord):
     """Subscribes (rospy) to the node's outputs and keeps plain records (``OutputRecord``)."""
 
-    def __init__(self, rospy, node: str) -> None:
-        from nav_msgs.msg import Odometry
+    def __init__(self, rospy, node: str, grid_topic: str = "/map") -> None:
+        from nav_msgs.msg import OccupancyGrid, Odometry
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
         from tf2_msgs.msg import TFMessage
@@ -76,7 +77,8 @@ class Recorder(OutputRecord):
                      rospy.Subscriber(f"{node}/tracking_status", String, self.on_status, queue_size=1000),
                      rospy.Subscriber("/tf", TFMessage, self.on_tf, queue_size=1000),
                      rospy.Subscriber(f"{node}/cloud", PointCloud2, self.on_cloud, queue_size=10),
-                     rospy.Subscriber(f"{node}/rendered", Image, self.on_image, queue_size=10)]
+                     rospy.Subscriber(f"{node}/rendered", Image, self.on_image, queue_size=10),
+                     rospy.Subscriber(grid_topic, OccupancyGrid, self.on_grid, queue_size=10)]
 
 
 def main(argv=None) -> int:
@@ -94,6 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=0.0, help="publish at this many frames/s (0 = lock-step)")
     ap.add_argument("--frame-timeout", type=float, default=120.0, help="lock-step: max s to wait per frame")
     ap.add_argument("--wait-cloud", type=float, default=10.0, help="s to wait for a cloud at the end")
+    ap.add_argument("--grid-topic", default="/map", help="the node's occupancy grid topic")
+    ap.add_argument("--wait-grid", type=float, default=0.0, help="s to wait for an occupancy grid at the end")
     ap.add_argument("--record", required=True, help="JSON file for what the node published")
     args = ap.parse_args(argv)
 
@@ -105,7 +109,7 @@ def main(argv=None) -> int:
     pubs = {topics["info"]: rospy.Publisher(topics["info"], CameraInfo, queue_size=100),
             topics["color"]: rospy.Publisher(topics["color"], Image, queue_size=100),
             topics["depth"]: rospy.Publisher(topics["depth"], Image, queue_size=100)}
-    rec = Recorder(rospy, args.node)
+    rec = Recorder(rospy, args.node, args.grid_topic)
     t0 = time.monotonic()
     while any(p.get_num_connections() == 0 for p in pubs.values()) or \
             rec.subs[0].get_num_connections() == 0:   # the node subscribed and publishes ~odom
@@ -139,10 +143,12 @@ def main(argv=None) -> int:
             if rec.clouds and len(rec.tf) > 0:
                 break
         time.sleep(0.1)
+    rec.wait("grids", 1, args.wait_grid)
     time.sleep(0.3)   # the last TF messages
     with rec.lock:
         out = {"published_pairs": pairs, "timeouts": timeouts, "seconds": time.monotonic() - t_start,
-               "odometry": rec.odom, "status": rec.status, "tf": rec.tf, "clouds": rec.clouds, "images": rec.images}
+               "odometry": rec.odom, "status": rec.status, "tf": rec.tf, "clouds": rec.clouds, "images": rec.images,
+               "grids": rec.grids}
     Path(args.record).write_text(json.dumps(out))
     print(f"ros1_player: {pairs} frames published, {len(out['odometry'])} odometry, {len(out['tf'])} tf, "
           f"{len(out['clouds'])} clouds in {out['seconds']:.1f} s")

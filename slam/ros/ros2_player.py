@@ -31,8 +31,8 @@ from slam.ros.ros2_node import import_rclpy, qos_event_callbacks
 class Recorder(OutputRecord):
     """Subscribes (rclpy) to the node's outputs and keeps plain records (``OutputRecord``)."""
 
-    def __init__(self, node, name: str) -> None:
-        from nav_msgs.msg import Odometry
+    def __init__(self, node, name: str, grid_topic: str = "/map") -> None:
+        from nav_msgs.msg import OccupancyGrid, Odometry
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, PointCloud2
         from std_msgs.msg import String
@@ -44,7 +44,9 @@ class Recorder(OutputRecord):
         self.subs = [node.create_subscription(Odometry, self.odom_topic, self.on_odom, 1000),
                      node.create_subscription(String, f"{name}/tracking_status", self.on_status, 1000),
                      node.create_subscription(PointCloud2, f"{name}/cloud", self.on_cloud, latched),
-                     node.create_subscription(Image, f"{name}/rendered", self.on_image, 100)]
+                     node.create_subscription(Image, f"{name}/rendered", self.on_image, 100),
+                     # transient local, as Nav2's map subscribers: a late subscriber gets the last grid
+                     node.create_subscription(OccupancyGrid, grid_topic, self.on_grid, latched)]
 
 
 def make_messages(frame, frame_id: str):
@@ -126,6 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--connect-timeout", type=float, default=120.0, help="s to wait for the node")
     ap.add_argument("--answer-timeout", type=float, default=300.0, help="s to wait for the last odometry")
     ap.add_argument("--wait-cloud", type=float, default=20.0, help="s to wait for a cloud and an image at the end")
+    ap.add_argument("--grid-topic", default="/map", help="the node's occupancy grid topic")
+    ap.add_argument("--wait-grid", type=float, default=0.0, help="s to wait for an occupancy grid at the end")
     ap.add_argument("--save-map", action="store_true", help="call the node's save_map service at the end")
     ap.add_argument("--record", required=True, help="JSON file for what the node published")
     args = ap.parse_args(argv)
@@ -135,7 +139,7 @@ def main(argv=None) -> int:
 
     rclpy.init(args=None)
     node = rclpy.create_node("slam_player")
-    rec = Recorder(node, args.node)
+    rec = Recorder(node, args.node, args.grid_topic)
     mismatches: dict = {}
     topics = {"info": args.info_topic, "color": args.color_topic, "depth": args.depth_topic}
     pubs = _publishers(node, topics, args.reliability, args.depth, mismatches)
@@ -168,13 +172,14 @@ def main(argv=None) -> int:
         complete = rec.wait("odom", len(frames), args.answer_timeout)
         rec.wait("clouds", 1, args.wait_cloud)
         rec.wait("images", 1, args.wait_cloud)
+        rec.wait("grids", 1, args.wait_grid)
         saved = _call_save_map(node, args.node, 30.0) if args.save_map else None
         time.sleep(0.3)   # the last status messages
         with rec.lock:
             out = {"frames": len(frames), "published_s": published_s, "seconds": time.monotonic() - t_start,
                    "matched": matched, "qos_incompatible": dict(mismatches), "reliability": args.reliability,
                    "odometry": rec.odom, "status": rec.status, "clouds": rec.clouds, "images": rec.images,
-                   "save_map": saved}
+                   "grids": rec.grids, "save_map": saved}
         Path(args.record).write_text(json.dumps(out))
         print(f"ros2_player: {len(frames)} frames in {published_s:.2f} s, {len(out['odometry'])} odometry, "
               f"{len(out['clouds'])} clouds, {len(out['images'])} images in {out['seconds']:.1f} s")
