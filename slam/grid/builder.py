@@ -177,7 +177,10 @@ class GridBuilder:
                 self.floor = floor_from_camera(self._pose(min(self.poses)), cfg.camera_height, cfg.camera_tilt_deg)
             return
         n = len(self.scans)
-        due = n >= cfg.floor_keyframes and (self.floor is None or n >= 2 * self._floor_at or (final and n > self._floor_at))
+        # Until a floor is found: again when the keyframes grew by a quarter; then when doubled.
+        # Either way the estimates' total work stays proportional to the keyframes'.
+        grown = n >= (self._floor_at + max(1, self._floor_at // 4) if self.floor is None else 2 * self._floor_at)
+        due = n >= cfg.floor_keyframes and (grown or (final and n > self._floor_at))
         if not due:
             return
         t0 = time.perf_counter()
