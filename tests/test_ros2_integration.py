@@ -14,6 +14,9 @@ Same SLAM config in the node and in ``run_slam``: the bundled sample, determinis
   on SIGINT; the trajectory equals ``run_slam`` reading a ROS 2 bag of the same frames offline,
   pose by pose within POSE_TOL_M / POSE_TOL_RAD (same inputs, same order: only float noise may
   differ);
+- the occupancy grid arrives on the run's /map for a transient-local subscriber (what Nav2's
+  static layer uses), trinary, with occupied and free cells; map -> odom is checked where tf2_ros
+  is importable (the ROS 1 test; the pip-installed ROS 2 has no tf2);
 - QoS mismatch: a node asking for reliable input and a best-effort camera never connect; both
   sides report it (node log, metrics.json, the player's publisher events) instead of waiting in
   silence.
@@ -138,9 +141,12 @@ def test_live_camera_rate_odometry_render_cloud_save_map_and_trajectory(ros2, of
     grpc_port, web_port = _free_port(), _free_port()
     live_view = ("viewer.serve=true", "viewer.bind=127.0.0.1", f"viewer.grpc_port={grpc_port}",
                  f"viewer.web_port={web_port}")    # the browser view of the live map (no effect on the poses)
+    grid_topic = ros2["node"].rsplit("/", 1)[0] + "/map"     # /map of this test run's own
     rec, run_dir, log, player = _run(
-        ros2, "live", ["queue_policy:=block", "sub_queue_size:=100", "cloud_period_s:=0.01", "render_period_s:=0.01"],
-        ["--last", str(N_FRAMES), "--reliability", "reliable", "--save-map"], overrides=live_view)
+        ros2, "live", ["queue_policy:=block", "sub_queue_size:=100", "cloud_period_s:=0.01", "render_period_s:=0.01",
+                       f"grid_topic:={grid_topic}", "grid_period_s:=0.2"],
+        ["--last", str(N_FRAMES), "--reliability", "reliable", "--save-map", "--grid-topic", grid_topic,
+         "--wait-grid", "30"], overrides=live_view)
     assert player.returncode == 0, f"{player.stdout}\n{player.stderr[-3000:]}\nnode:\n{log[-3000:]}"
     stamps = sample_stamps(N_FRAMES)
     # a camera: the player kept the recorded 30 Hz, it did not wait for the SLAM
@@ -163,6 +169,11 @@ def test_live_camera_rate_odometry_render_cloud_save_map_and_trajectory(ros2, of
     clouds = rec["clouds"]
     assert clouds and all(c[1] == "map" and c[3] == 16 and c[4] == ["x", "y", "z", "rgb"] for c in clouds)
     assert clouds[-1][2] > 100 and _frame_numbers([c[0] for c in clouds], stamps)
+    # the occupancy grid on /map, received by a transient-local subscriber (Nav2's QoS): trinary, in map
+    assert rec["grids"], f"no occupancy grid on {grid_topic}"
+    _, frame, w, h, res, occupied, free, unknown = rec["grids"][-1]
+    assert frame == "map" and res == pytest.approx(0.05, rel=1e-6) and occupied > 20 and free > 20, rec["grids"][-1]
+    assert occupied + free + unknown == w * h
     # the save_map service wrote a loadable map of the number of spheres it names
     assert rec["save_map"]["success"], rec["save_map"]
     saved, count = rec["save_map"]["message"].split(" (")
@@ -172,7 +183,7 @@ def test_live_camera_rate_odometry_render_cloud_save_map_and_trajectory(ros2, of
     has_tf2 = subprocess.run([sys.executable, "-c", "import tf2_ros"], env=ros2["env"], capture_output=True).returncode == 0
     assert ("no TF is published" in log) != has_tf2
     # the run folder, written on SIGINT like run_slam's; nothing dropped, no QoS mismatch
-    for name in ("trajectory.txt", "map.ply", "metrics.json", "config.yaml", "log.txt"):
+    for name in ("trajectory.txt", "map.ply", "metrics.json", "config.yaml", "log.txt", "map.pgm", "map.yaml"):
         assert (run_dir / name).exists(), name
     metrics = json.loads((run_dir / "metrics.json").read_text())
     ri = metrics["ros_input"]
