@@ -228,3 +228,9 @@ def test_a_slam_run_on_the_sample_leaves_a_grid_that_matches_the_floor_plan(tmp_
     iou = iou_against_truth(m.trinary, m.origin[:2], m.resolution, cfg.grid.min_height, cfg.grid.max_height,
                             np.array(g["T_world_floor"]))
     assert iou["occupied"] >= 0.9 and iou["free"] >= 0.9 and iou["known"] >= 1000, iou
+    # the same grid again from the run folder's keyframes (python -m slam.tools.grid_from_run)
+    from slam.tools.grid_from_run import rebuild
+    again = rebuild(tmp_path, [], tmp_path / "again")
+    assert again["integrated"] == len(result.map_keyframes) and again["error"] is None
+    m2 = load_map_yaml(tmp_path / "again" / "map.yaml")
+    assert m2.trinary.shape == m.trinary.shape and (m2.trinary == m.trinary).mean() > 0.98
