@@ -307,8 +307,10 @@ class GridConfig:
     min_range: float = 0.2          # m, depth nearer than this is not used
     max_range: float = 4.0          # m along the ray: farther points are not obstacles; their
                                     # rays clear space up to this distance
-    points_per_keyframe: int = 4800 # depth pixels taken per keyframe (an even sub-grid, e.g.
-                                    # 80 x 60): about one ray per cell at 3 m
+    points_per_keyframe: int = 2400 # depth pixels taken per keyframe (an even sub-grid, e.g.
+                                    # 57 x 42): 4800 cost 3x the CPU time on 7-Scenes (33 vs 11
+                                    # ms a keyframe, one core) for no better grid on the sample
+                                    # (IoU 0.92 / 0.95 vs 0.93 / 0.96 with SLAM poses)
     floor: Literal["auto", "camera"] = "auto"   # auto: the dominant horizontal plane of the
                                     # keyframes' depth (data without gravity: 7-Scenes, TUM
                                     # hand-held); camera: a camera on a robot at camera_height
