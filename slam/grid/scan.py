@@ -11,7 +11,7 @@ import numpy as np
 
 # Neighbours whose depths differ by more than this share of the depth span a depth edge: no normal.
 EDGE_SHARE = 0.05
-NORMAL_EVERY = 4          # a normal is kept for every 4th point
+NORMAL_EVERY = 2          # a normal is kept for every 2nd point (the floor estimate)
 
 
 @dataclass(frozen=True)
