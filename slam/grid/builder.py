@@ -74,6 +74,7 @@ class GridBuilder:
         self.rebuilds = 0
         self.floor_estimates = 0
         self.peak_bytes = 0
+        self._scan_bytes = 0                    # kept as a sum: stats() may run on another thread
 
     # ------------------------------------------------------------------ mapping thread
     def offer(self, kf, poses: dict) -> None:
@@ -121,7 +122,9 @@ class GridBuilder:
         t0, c0 = time.perf_counter(), time.thread_time()
         cfg = self.cfg
         for kf_id, depth, K, T_wc, published in items:
-            self.scans[kf_id] = make_scan(kf_id, depth, K, cfg.points_per_keyframe, cfg.min_range)
+            scan = make_scan(kf_id, depth, K, cfg.points_per_keyframe, cfg.min_range)
+            self._scan_bytes += scan.nbytes() - (self.scans[kf_id].nbytes() if kf_id in self.scans else 0)
+            self.scans[kf_id] = scan
             self.poses.update(published)
             self.poses.setdefault(kf_id, T_wc)
         if poses is not None:
@@ -228,11 +231,11 @@ class GridBuilder:
         return self._snapshot
 
     def nbytes(self) -> int:
-        """Host memory the grid holds: scans and counts."""
-        return sum(s.nbytes() for s in self.scans.values()) + self.counts.nbytes()
+        """Host memory the grid holds: scans and counts (any thread)."""
+        return self._scan_bytes + self.counts.nbytes()
 
     def stats(self) -> dict:
-        """For metrics.json -> grid."""
+        """For metrics.json -> grid (any thread: the autosave reads it on the mapping thread)."""
         ms = np.asarray(self.keyframe_ms) if self.keyframe_ms else np.zeros(1)
         cpu = np.asarray(self.keyframe_cpu_ms) if self.keyframe_cpu_ms else np.zeros(1)
         snap = self._snapshot
