@@ -17,7 +17,6 @@ from slam.grid.export import load_map_yaml, read_pgm, write_grid_png, write_map_
 from slam.grid.floor import FloorFrame, estimate_floor, floor_from_camera
 from slam.grid.occupancy import GridCounts
 from slam.grid.raycast import cast
-from slam.grid.scan import make_scan
 
 
 def _rotation(axis, deg) -> np.ndarray:

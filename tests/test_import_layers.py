@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("slam.tracking",),                    # the tracking thread
     ("slam.mapping",),                     # the mapping thread (the map's one writer)
     ("slam.loop",),                        # the loop thread
+    ("slam.grid",),                        # the grid thread (the occupancy grid for navigation)
     ("slam.runtime",),                     # wiring and threads
     ("slam.eval",),                        # scores of a run (quality calibration runs the system)
     ("slam.output",),                      # what a run leaves (reads a RunResult, scores it)

@@ -500,7 +500,8 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     assert sink.clouds[-1].width > 100 and sink.images[-1].pixels.shape == (120, 160, 3)
     # the occupancy grid: the final one at shutdown, as the run folder's
     assert sink.grids and sink.grids[-1].frame == "map"
-    assert list(sink.grids[-1].cells.shape) == metrics["grid"]["size_cells"] and (run_grid := tmp_path / "run" / "map.yaml").exists()
+    assert list(sink.grids[-1].cells.shape) == metrics["grid"]["size_cells"]
+    assert (tmp_path / "run" / "map.yaml").exists()
     assert sink.images[-1].pixels.mean() > 10   # the map is visible from the current pose
     assert metrics["frames"] == 4
     ri = metrics["ros_input"]

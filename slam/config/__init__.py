@@ -21,5 +21,5 @@ from slam.config.schema import (
 )
 
 __all__ = ["ConfigError", "apply_overrides", "config_from_dict", "dump_config", "load_config", "load_raw", "validate",
-           "Config", "DataConfig", "GridConfig", "LoopConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig", "QualityConfig",
-           "RasterConfig", "ReinitConfig", "RelocaliseConfig", "SystemConfig", "TrackingConfig", "ViewerConfig"]
+           "Config", "DataConfig", "GridConfig", "LoopConfig", "MapConfig", "MappingConfig", "OutputConfig", "PrunerConfig",
+           "QualityConfig", "RasterConfig", "ReinitConfig", "RelocaliseConfig", "SystemConfig", "TrackingConfig", "ViewerConfig"]
