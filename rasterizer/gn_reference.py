@@ -112,7 +112,9 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
     r_c = (bias + c * gain) - oc                       # slam.tracking.lm.residual
     r_d = d * dw - od * dw
     cov = covered.unsqueeze(-1)
-    r = torch.cat([r_c, r_d.unsqueeze(-1)], -1).double() * cov
+    # masked by selection, not by a product: an uncovered pixel's NaN / inf observation stays out
+    # (the kernels never read it)
+    r = torch.where(cov, torch.cat([r_c, r_d.unsqueeze(-1)], -1).double(), 0.0)
     k = torch.tensor([k0, k1, k2, k3], dtype=torch.float64, device=r.device)
     w = k / torch.maximum(r.abs(), k)                  # Huber IRLS weights
     depth_ok = (d - od).abs() <= floor + quad * od * od
@@ -129,11 +131,11 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
             rows, ok = observation_rows(obs_color, obs_depth, K, pivot_z)
             b = (obs_w * (ok & valid)).unsqueeze(-1).unsqueeze(-1).double()   # (H, W, 1, 1)
             rows[..., 3, :] *= dw
-            J[..., :6] = (1 - b) * J[..., :6] + b * rows
+            J[..., :6] = torch.where(b > 0, (1 - b) * J[..., :6] + b * rows, J[..., :6])
         if exposure:
             J[..., :3, 6] = gain * c.double()          # d r_colour / d log gain
             J[..., :3, 7] = 1.0                        # d r_colour / d bias
-        J = J * cov.unsqueeze(-1)
+        J = torch.where(cov.unsqueeze(-1), J, 0.0)
         Jw = J * w.unsqueeze(-1)
         H = torch.einsum("hwci,hwcj->ij", Jw, J)
         g = torch.einsum("hwci,hwc->i", Jw, r)

@@ -45,6 +45,11 @@ Capacity: on CUDA the pass bins with room for ``capacity`` (tile, sphere) pairs 
 waiting for their count; the count is recorded (``MAX_PAIRS + level``, the most of any evaluation)
 and ``OVERFLOW`` is set when it exceeded the room: that frame's result is wrong and must be redone
 with more room. The CPU pass bins exactly (capacity unused, nothing recorded).
+
+Backends: ``auto`` (the kernels of the state's device), ``cpu``, ``cuda``, and ``reference``: the
+evaluation by ``gauss_newton_reference`` (PyTorch, rasterizer/gn_reference.py) and the phases by
+``lm_phase_reference`` (NumPy) on a host copy of the state, on any device: the same LM with no
+compiled code (slow, small images; a host round trip per call, so never in a CUDA graph).
 """
 from __future__ import annotations
 
@@ -55,11 +60,11 @@ from . import _ext
 from ._inputs import zeros3
 from .functions import _camera
 from .gauss_newton import _settings, _validate, f32
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, increment_points
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, increment_points
 
 __all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
-           "lm_phase_reference", "clamp_exposure", "LOG_GAIN_MAX", "BIAS_MAX", "BEGIN", "START", "PROPOSE",
-           "ACCEPT"]
+           "lm_phase_reference", "gauss_newton_lm_reference", "clamp_exposure", "LOG_GAIN_MAX", "BIAS_MAX",
+           "BEGIN", "START", "PROPOSE", "ACCEPT", "BACKENDS"]
 
 # State layout (csrc/lm_math.h)
 T, TRIAL_T, EXP, TRIAL_EXP = 0, 16, 32, 34
@@ -75,6 +80,7 @@ G, COST, L1, N_VALID, N_COVERED, N_DEPTH_IN, N_COLOR_IN = (N_TRI, N_TRI + N_PARA
     range(N_TRI + N_PARAMS + 1, PACKED_SIZE))
 
 BEGIN, START, PROPOSE, ACCEPT = range(4)
+BACKENDS = ("auto", "cpu", "cuda", "reference")
 
 # The exposure's plausible range (the one statement in Python; csrc/lm_math.h kLmLogGainMax and
 # kLmBiasMax say the same for the kernels): a gain outside [1/8, 8] (three stops) or a bias beyond
@@ -105,16 +111,37 @@ def lm_settings(*, damping: float, damping_up: float, damping_down: float, min_d
             float(min_diagonal), float(converged_step), float(attempts), 1.0 if exposure else 0.0]
 
 
-def lm_phase(state: torch.Tensor, phase: int, settings: list) -> None:
-    """One bookkeeping phase (BEGIN, START, PROPOSE, ACCEPT) on ``state`` in place: a one-thread
-    kernel on CUDA, no host wait."""
-    _ext.get("cuda" if state.is_cuda else "cpu").lm_phase(state, int(phase), settings)
+def _kernels(backend: str, t: torch.Tensor) -> str:
+    """The compiled module for ``backend`` on ``t``'s device ('cpu' / 'cuda'), or 'reference'."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "cuda" if t.is_cuda else "cpu"
+    if (backend == "cuda") != t.is_cuda:
+        raise ValueError(f"backend={backend!r} needs {'CUDA' if backend == 'cuda' else 'CPU'} tensors "
+                         f"(the state is on {t.device})")
+    return backend
+
+
+def lm_phase(state: torch.Tensor, phase: int, settings: list, backend: str = "auto") -> None:
+    """One bookkeeping phase (BEGIN, START, PROPOSE, ACCEPT) on ``state`` (STATE_SIZE,) float64 in
+    place: a one-thread kernel on CUDA, no host wait; ``backend='reference'``: ``lm_phase_reference``
+    on a host copy (a host wait on CUDA)."""
+    kind = _kernels(backend, state)
+    if kind != "reference":
+        _ext.get(kind).lm_phase(state, int(phase), settings)
+    elif state.is_cuda:
+        host = state.cpu().numpy()
+        lm_phase_reference(host, phase, settings)
+        state.copy_(torch.from_numpy(host))
+    else:
+        lm_phase_reference(state.numpy(), phase, settings)
 
 
 def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
                     state: torch.Tensor, *, level: int, capacity: int, depth_weight: float, huber,
                     alpha_threshold: float, depth_noise, color_tol: float, exposure: bool = True,
-                    obs_weight: float = 0.0, background=None) -> None:
+                    obs_weight: float = 0.0, background=None, backend: str = "auto") -> None:
     """One evaluation of the device LM: ``rasterizer.gauss_newton`` with derivatives at the
     state's trial pose and exposure, into its TRIAL slot (see the module docstring).
 
@@ -125,16 +152,41 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
         state: (STATE_SIZE,) float64 on the spheres' device.
         level: pyramid level (0 .. MAX_LEVELS - 1): where the pair count is recorded.
         capacity: room for (tile, sphere) pairs on CUDA (see the module docstring).
+        backend: 'auto' | 'cpu' | 'cuda' | 'reference' (``gauss_newton_lm_reference``).
     """
+    kind = _kernels(backend, means)
     _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
-              "auto", huber, depth_noise)
+              "reference" if kind == "reference" else "auto", huber, depth_noise)
     bg = zeros3(means.device, means.dtype) if background is None else background
     settings = _settings(0.0, 1.0, 0.0, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
                          exposure, obs_weight)
-    _ext.get("cuda" if means.is_cuda else "cpu").gauss_newton_lm(
+    if kind == "reference":
+        gauss_newton_lm_reference(means, radii, colors, opacities, K, width, height, obs_color, obs_depth,
+                                  valid, bg, settings, state)
+        return
+    _ext.get(kind).gauss_newton_lm(
         f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
         f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings, state,
         int(level), int(capacity))
+
+
+def gauss_newton_lm_reference(means, radii, colors, opacities, K, width, height, obs_color, obs_depth,
+                              valid, background, settings: list, state: torch.Tensor) -> None:
+    """PyTorch oracle of the LM's evaluation: nothing once the level is done; else the world-frame
+    (N, 3) ``means`` moved to the camera by the state's trial pose (in their dtype), the trial
+    exposure (log gain, bias) and the pivot put into ``settings`` (``gauss_newton._settings``'
+    list), ``gauss_newton_reference`` with derivatives, its (PACKED_SIZE,) result written into the
+    state's TRIAL slot. The pair count is not recorded (no binning)."""
+    s = state.detach().cpu().numpy()
+    if s[DONE] != 0.0:
+        return
+    T_cw = torch.from_numpy(s[TRIAL_T:TRIAL_T + 16].reshape(4, 4)).to(means.device, means.dtype)
+    means_c = means.detach() @ T_cw[:3, :3].T + T_cw[:3, 3]
+    st = list(settings)
+    st[0], st[1], st[12] = float(np.exp(s[TRIAL_EXP])), float(s[TRIAL_EXP + 1]), float(s[PIVOT])
+    packed = gauss_newton_reference(means_c, radii.detach(), colors.detach(), opacities.detach(), K.detach(),
+                                    int(width), int(height), obs_color, obs_depth, valid, background, st, True)
+    state[TRIAL:TRIAL + PACKED_SIZE] = packed.to(state.device, state.dtype)
 
 
 def _apply_pivot_increment(x: np.ndarray, z: float, T_cw: np.ndarray) -> np.ndarray:
@@ -175,7 +227,10 @@ def lm_phase_reference(state: np.ndarray, phase: int, settings: list) -> None:
         H = (H + np.triu(H, 1).T)[:n, :n]
         A = H + s[DAMPING] * np.diag(np.maximum(np.diag(H), min_diag))
         x = np.zeros(N_PARAMS)
-        x[:n] = -np.linalg.solve(A, cur[G:G + n])
+        try:
+            x[:n] = -np.linalg.solve(A, cur[G:G + n])
+        except np.linalg.LinAlgError:
+            pass                            # a singular system: no move (the kernel's zero pivot)
         if not np.all(np.isfinite(x)):
             x[:] = 0.0                      # NaN / inf normal equations: no move
         s[STEP_MAX] = np.abs(x[:6]).max()

@@ -137,6 +137,50 @@ def test_levels_converge_from_a_perturbed_pose(obs_weight):
     assert state[L.PASSES] == 1 + state[L.TRIALS] and state[L.TRIALS] >= 3
 
 
+def test_the_reference_backend_runs_the_same_lm():
+    """backend='reference' (the evaluation by the PyTorch oracle of the pass, the phases by the
+    NumPy oracle, no compiled code) runs the same LM as the CPU kernels, with the observation
+    blend: the same trials and the same pose to 1e-6 (measured: 3e-8) from 2 cm / 1 degree off, on
+    a small scene (the oracle is dense and slow)."""
+    obs_weight = 0.5
+    scene = random_scene(150, 32, 24, seed=11)
+    delta = (0.004, -0.006, 0.003, 0.01, -0.008, 0.012)
+    obs = gn_observation(scene, delta=delta, seed=11, noise=(0.01, 0.005), holes=0.05)
+    inputs = lm_eval_inputs(scene, obs, "cpu")
+    st = settings(converged_step=1e-7)
+    states = {}
+    for backend in ("cpu", "reference"):
+        state = L.new_state(lm_pose(), "cpu")
+        state[L.PIVOT] = GN_SETTINGS["pivot_z"]
+        L.lm_phase(state, L.BEGIN, st, backend=backend)
+        L.gauss_newton_lm(*inputs, state, level=0, capacity=1, obs_weight=obs_weight, backend=backend, **LM_ROBUST)
+        L.lm_phase(state, L.START, st, backend=backend)
+        for _ in range(6):
+            L.lm_phase(state, L.PROPOSE, st, backend=backend)
+            L.gauss_newton_lm(*inputs, state, level=0, capacity=1, obs_weight=obs_weight, backend=backend,
+                              **LM_ROBUST)
+            L.lm_phase(state, L.ACCEPT, st, backend=backend)
+        states[backend] = state.numpy()
+    a, b = states["cpu"], states["reference"]
+    assert a[L.TRIALS] == b[L.TRIALS] and a[L.PASSES] == b[L.PASSES] and a[L.TRIALS] >= 3
+    np.testing.assert_allclose(b[L.T:L.T + 16], a[L.T:L.T + 16], atol=1e-6)
+    np.testing.assert_allclose(b[L.EXP:L.EXP + 2], a[L.EXP:L.EXP + 2], atol=1e-5)
+    assert b[L.CUR + L.COST] == pytest.approx(a[L.CUR + L.COST], rel=1e-5)
+
+
+def test_the_reference_phases_do_not_move_on_a_singular_system():
+    """A singular damped system (no evidence at all): no move, as the kernel's zero pivot (the
+    NumPy oracle's solve raised before)."""
+    s = _diagonal_state([0.0] * 8, [0.0] * 8)
+    s[L.DAMPING] = 1e-3
+    ref = s.copy()
+    L.lm_phase_reference(ref, L.PROPOSE, settings(min_diagonal=0.0))
+    got = torch.from_numpy(s.copy())
+    L.lm_phase(got, L.PROPOSE, settings(min_diagonal=0.0))
+    np.testing.assert_array_equal(got.numpy(), ref)
+    assert np.array_equal(ref[L.TRIAL_T:L.TRIAL_T + 16], s[L.T:L.T + 16]) and ref[L.STEP_MAX] == 0.0
+
+
 def test_pivot_depth_is_the_median_of_valid_depth():
     from slam.tracking.fused import pivot_depth
     g = torch.Generator().manual_seed(0)
