@@ -220,13 +220,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"tracking.coarse_share: must be in [0, 1], got {cfg.tracking.coarse_share}")
     if cfg.tracking.huber_color <= 0 or cfg.tracking.huber_depth <= 0:
         raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
-    if cfg.raster.backend == "reference":
-        fused = [key for key, solver, used in (("tracking.solver", cfg.tracking.solver, True),
-                                               ("loop.align_solver", cfg.loop.align_solver, cfg.loop.enabled))
-                 if used and solver == "fused"]
-        if fused:
-            raise ConfigError(f"{' and '.join(fused)}: 'fused' runs on the cpu or cuda kernels, not raster.backend "
-                              f"'reference' (the PyTorch oracle): set {' and '.join(k + '=renders' for k in fused)}")
     if not 0.0 <= cfg.tracking.obs_gradient <= 1.0:
         raise ConfigError(f"tracking.obs_gradient: must be in [0, 1], got {cfg.tracking.obs_gradient}")
     if cfg.tracking.analytic_iters < 0:

@@ -37,8 +37,8 @@ class DataConfig:
 
 @dataclass
 class RasterConfig:
-    backend: Literal["auto", "cuda", "cpu", "reference"] = "auto"   # reference (the PyTorch oracle) needs
-                                    # tracking.solver and loop.align_solver renders (checked on load)
+    backend: Literal["auto", "cuda", "cpu", "reference"] = "auto"   # reference: the PyTorch oracles
+                                    # (renders and the tracker's LM; dense, small images only)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The fused solver (``tracking.solver: fused``): Levenberg-Marquardt on the fused Gauss-Newton
-kernel with the LM state on the tracking device (``rasterizer.lm_state``).
+"""The tracker's solver: Levenberg-Marquardt on the fused Gauss-Newton pass with the LM state on
+the tracking device (``rasterizer.lm_state``), on every raster backend (the ``reference`` backend
+runs the same LM through the PyTorch oracles of the pass and the phases).
 
 One kernel pass per evaluation renders the map at the trial pose, differentiates the render
 exactly (forward mode through the compositing), forms the robust residuals and reduces the 8x8
@@ -69,7 +70,9 @@ class Scene:
 
 
 class FusedSolver:
-    """The fused solver of one tracker (owns its pair room and, on CUDA, its captured graphs)."""
+    """The solver of one tracker (owns its pair room and, on CUDA, its captured graphs).
+    ``backend``: the raster backend (``raster.backend``): 'auto', 'cpu' or 'cuda' run the kernels
+    of the map's device, 'reference' the PyTorch / NumPy oracles (no CUDA graphs)."""
 
     def __init__(self, cfg: TrackingConfig, quality: QualityConfig, backend: str) -> None:
         self.cfg = cfg
@@ -81,9 +84,11 @@ class FusedSolver:
                            alpha_threshold=cfg.alpha_threshold,
                            depth_noise=(quality.depth_noise_floor, quality.depth_noise_quad),
                            color_tol=quality.color_tol, exposure=cfg.exposure)
-        if backend not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"tracking.solver fused runs on the 'cuda' or 'cpu' kernels, not raster.backend "
-                             f"{backend!r}: use solver renders with the reference backend")
+        if backend not in ("auto", "cuda", "cpu", "reference"):
+            raise ValueError(f"the tracker runs on the raster backends 'auto', 'cuda', 'cpu' and 'reference', "
+                             f"not {backend!r}")
+        self.reference = backend == "reference"
+        self.lm_backend = "reference" if self.reference else "auto"   # the kernels of the map's device
         self.room: dict[int, int] = {}     # pyramid level -> pair room (CUDA)
         self.graphs: Optional[FrameGraphs] = None
         self.readback: Optional[HostCopy] = None
@@ -102,12 +107,13 @@ class FusedSolver:
         T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
         cuda = snapshot.device.type == "cuda"
         for _ in range(MAX_REDOS + 1):   # a frame whose pairs outgrew the room is redone
-            if cuda and self.cfg.cuda_graph:
+            if cuda and self.cfg.cuda_graph and not self.reference:
                 if self.graphs is None:
                     self.graphs = FrameGraphs(snapshot.device, self)
                 host = self.graphs.run(levels.obs, snapshot, T_cw, schedule)
             else:
-                host = self._run_eager(levels.pyramid(), snapshot, T_cw, schedule, stop_when_done=not cuda)
+                host = self._run_eager(levels.pyramid(), snapshot, T_cw, schedule,
+                                       stop_when_done=not cuda or self.reference)
             if not (cuda and self._grow_room(host, levels.count)):
                 return self._result(host, T_wc_init), int(host[L.PASSES])
             self.redone += 1
@@ -136,22 +142,23 @@ class FusedSolver:
 
     def run_levels(self, scene: Scene, pyramid, state: torch.Tensor, schedule, stop_when_done: bool) -> None:
         """Queue every level's LM work on ``state`` (see the module docstring). With
-        ``stop_when_done`` (CPU: the state is host memory) a finished level's loop ends early."""
-        s = self.settings
+        ``stop_when_done`` (CPU, or the reference backend: the phases run on the host) a finished
+        level's loop ends early."""
+        s, b = self.settings, self.lm_backend
         for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
             evaluate = partial(L.gauss_newton_lm, scene.means, scene.radii, scene.colors, scene.opacities,
                                obs.K, obs.width, obs.height, obs.color, obs.depth, valid, state, level=level,
                                capacity=self.room_for(level, scene.means.shape[0]), obs_weight=self.cfg.obs_gradient,
-                               **self.robust)
-            L.lm_phase(state, L.BEGIN, s)
+                               backend=b, **self.robust)
+            L.lm_phase(state, L.BEGIN, s, backend=b)
             evaluate()
-            L.lm_phase(state, L.START, s)
+            L.lm_phase(state, L.START, s, backend=b)
             for _ in range(n_iter):
                 if stop_when_done and state[L.DONE] != 0.0:
                     break
-                L.lm_phase(state, L.PROPOSE, s)
+                L.lm_phase(state, L.PROPOSE, s, backend=b)
                 evaluate()
-                L.lm_phase(state, L.ACCEPT, s)
+                L.lm_phase(state, L.ACCEPT, s, backend=b)
 
     def _run_eager(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule, stop_when_done: bool) -> np.ndarray:
         state = L.new_state(T_cw, snapshot.device)
