@@ -29,7 +29,7 @@ The model (identical in the backends ``cpu``, ``cuda`` and ``reference``)
   dD = (d sum(w z) + D dT_final) / alpha (the normalisation's derivative; where alpha < 1e-6 the
   denominator is the constant 1e-6). The cut-offs (q > 9, a < 1/255, T <= 1e-4, culling) are
   constants, as in the render's backward.
-* Residuals (slam.tracking.lm.residual): colour r_c = (bias + gain C) - obs_color (3 channels),
+* Residuals: colour r_c = (bias + gain C) - obs_color (3 channels),
   depth r_d = depth_weight D - depth_weight obs_depth. A pixel counts (is *covered*) where
   ``valid`` is true and alpha > alpha_threshold. Huber IRLS weights per channel
   w = k / max(|r|, k), k = (hc, hc, hc, hd * depth_weight) for ``huber = (hc, hd)``.
@@ -44,8 +44,8 @@ The model (identical in the backends ``cpu``, ``cuda`` and ``reference``)
   the render matches the observation, so these are the render's derivatives there; the blend
   widens the basin of convergence. The cost, l1 and counts do not depend on b.
 * Reduced over covered pixels: H = J^T W J (8x8; the exposure rows and columns are 0 without
-  exposure), g = J^T W r, cost = sum w r^2 (slam.tracking.lm.robust_cost), l1 = sum |r| (colour
-  channels summed, plus the depth channel), and the counts of slam.tracking.quality.pixel_counts:
+  exposure), g = J^T W r, cost = sum w r^2, l1 = sum |r| (colour channels summed, plus the depth
+  channel), and the counts (as tests/render_oracle.py's pixel_counts):
   valid pixels, covered pixels, depth inliers (covered and |D - obs_depth| <= floor + quad
   obs_depth^2 with ``depth_noise = (floor, quad)``) and colour inliers (covered and the mean over
   the 3 channels of |r_c| <= color_tol).

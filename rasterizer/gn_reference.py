@@ -109,7 +109,7 @@ def gauss_newton_reference(means, radii, colors, opacities, K, width, height, ob
         _, (c, d, a) = render(delta0)
     oc, od = obs_color.to(c.dtype), obs_depth.to(c.dtype)
     covered = valid & (a > thr)
-    r_c = (bias + c * gain) - oc                       # slam.tracking.lm.residual
+    r_c = (bias + c * gain) - oc
     r_d = d * dw - od * dw
     cov = covered.unsqueeze(-1)
     # masked by selection, not by a product: an uncovered pixel's NaN / inf observation stays out

@@ -37,9 +37,9 @@ flags and counters, and two packed Gauss-Newton results (rasterizer.gauss_newton
   max(damping * down, min_damping), done when max |x[:6]| < converged_step or the cost is 0.
   Else damping *= up; done after ``attempts`` consecutive rejections.
 
-Unlike the host loop of the render-difference solver, every trial is a full evaluation (with
-derivatives: an accepted trial needs no second pass) and a rejected trial uses one of the level's
-iterations: a level of n iterations costs at most n + 1 passes.
+Every trial is a full evaluation (with derivatives: an accepted trial needs no second pass), and a
+rejected trial uses one of the level's iterations: a level of n iterations costs at most n + 1
+passes.
 
 Capacity: on CUDA the pass bins with room for ``capacity`` (tile, sphere) pairs instead of
 waiting for their count; the count is recorded (``MAX_PAIRS + level``, the most of any evaluation)

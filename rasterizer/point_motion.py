@@ -1,7 +1,6 @@
 """The pixel motion of a camera-frame point under the tracker's pose increment: the Python
-statement of ``point_motion`` in csrc/gn_math.h (the kernels' one statement of it), shared by
-the PyTorch oracle's observation rows (rasterizer/gn_reference.py) and the render-difference
-solver's analytic rows (slam/tracking/lm.py)."""
+statement of ``point_motion`` in csrc/gn_math.h (the kernels' one statement of it), used by the
+PyTorch oracle's observation rows (rasterizer/gn_reference.py)."""
 from __future__ import annotations
 
 from typing import Optional, Union

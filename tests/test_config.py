@@ -1,9 +1,12 @@
 """The typed config schema: inheritance, overrides, unknown keys, wrong types, shipped configs."""
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from slam.config import Config, ConfigError, dump_config, load_config
+from slam.config.loading import REMOVED_KEYS
 from slam.resources import configs_dir
 
 
@@ -100,7 +103,6 @@ def test_unknown_key_names_key_and_close_match(tmp_path):
         ("data.stride=0", r"data\.stride: must be >= 1"),
         ("data.intrinsics=[1, 2]", r"data\.intrinsics"),
         ("mapping.lr_means=[1]", r"mapping\.lr_means: expected a number"),
-        ("tracking.analytic_iters=-1", r"tracking\.analytic_iters: must be >= 0"),
         ("tracking.obs_gradient=1.5", r"tracking\.obs_gradient: must be in \[0, 1\]"),
         ("mapping.keyframe_downscale=0", r"mapping\.keyframe_downscale: must be >= 1"),
         ("viewer.bind=robot.local", r"viewer\.bind: an IP address"),
@@ -115,8 +117,23 @@ def test_wrong_values_fail_with_the_key(override, message):
 
 
 def test_the_reference_backend_loads_with_the_default_config():
-    # the tracker's solver runs on every raster backend, the PyTorch oracles included
+    # the tracker's one solver runs on every raster backend, the PyTorch oracles included
     assert load_config("default.yaml", overrides=["raster.backend=reference"]).raster.backend == "reference"
+
+
+@pytest.mark.parametrize("key, value", [("tracking.solver", "renders"), ("loop.align_solver", "fused"),
+                                        ("tracking.analytic_iters", 6), ("tracking.fd_rot", 0.001),
+                                        ("tracking.fd_trans", 0.001)])
+def test_a_removed_key_says_it_was_removed_and_why(tmp_path, key, value):
+    section, name = key.split(".")
+    assert name not in {f.name for f in dataclasses.fields(getattr(Config(), section))}
+    assert key in REMOVED_KEYS
+    message = rf"config key '{re.escape(key)}' was removed: .*issue 36.*Delete it"
+    with pytest.raises(ConfigError, match=message):
+        load_config("default.yaml", overrides=[f"{key}={value}"])
+    old = write(tmp_path / "old.yaml", f"inherit_from: default.yaml\n{section}:\n  {name}: {value}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(old)
 
 
 def test_exponent_without_dot_is_a_number(tmp_path):

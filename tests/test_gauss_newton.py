@@ -1,8 +1,7 @@
 """The fused Gauss-Newton pass (rasterizer.gauss_newton): the CPU kernel against the PyTorch oracle
 (jacfwd through the reference render), against central differences of real renders, against the
-tracker's own definitions (slam.tracking.lm / quality), and the cost-only mode."""
+render-difference oracle's definitions (tests/render_oracle.py), and the cost-only mode."""
 import math
-from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -167,11 +166,11 @@ def test_pose_terms_match_central_differences_of_renders(seed):
     assert rel_l2(res.H[:6, :6], H_fd) <= 0.03
 
 
-def test_matches_the_tracker_definitions():
-    # The kernel against slam.tracking's own code on the same render: lm.normal_equations (with
-    # exact pose rows from jacfwd), lm.robust_cost, the tracker's L1 and quality.pixel_counts.
-    from slam.tracking import lm
-    from slam.tracking.quality import pixel_counts
+def test_matches_the_render_difference_oracle_definitions():
+    # The kernel against the render-difference oracle's own code (tests/render_oracle.py) on the
+    # same render: its residual, Huber weights and normal equations (with exact pose rows from
+    # jacfwd), its L1 and pixel counts.
+    import render_oracle as ro
 
     S = GN_SETTINGS
     s = random_scene(80, 64, 48, seed=7)
@@ -187,23 +186,23 @@ def test_matches_the_tracker_definitions():
     jc, jd = torch.func.jacfwd(render)(torch.zeros(6))
     out = rasterizer.rasterize_spheres(s["means"], *sph, s["K"], W, H, backend="cpu")
     exposure = (math.log(S["gain"]), S["bias"])
-    affine = lm.affine(exposure, S["depth_weight"], "cpu")
+    affine = ro.affine(exposure, S["depth_weight"], "cpu")
     target = torch.cat([oc, (od * S["depth_weight"]).unsqueeze(-1)], -1)
     mask = valid & (out.alpha > S["alpha_threshold"])
     m = mask.unsqueeze(-1).float()
-    r = lm.residual(out, target, m, affine)
+    r = ro.residual(out, target, m, affine)
     cols = torch.cat([jc, jd.unsqueeze(-2)], -2).permute(3, 0, 1, 2) * affine[0] * m
-    k = lm.huber_thresholds(*S["huber"], S["depth_weight"], "cpu")
-    Hd, gd, cost = lm.normal_equations(r, out, m, exposure, partial(lm.copy_rows, cols), k, True)
+    k = ro.huber_thresholds(*S["huber"], S["depth_weight"], "cpu")
+    Hd, gd, cost = ro.normal_equations(r, cols, out, m, S["gain"], k, True)
     a = r.abs().sum(dim=(0, 1))
     cfg = SimpleNamespace(depth_noise_floor=S["depth_noise"][0],
                           depth_noise_quad=S["depth_noise"][1], color_tol=S["color_tol"])
-    counts = pixel_counts(out, SimpleNamespace(depth=od), valid, mask, r, cfg).tolist()
-    tracker = rasterizer.GaussNewtonResult.unpack(pack(Hd, gd, (
+    counts = ro.pixel_counts(out, SimpleNamespace(depth=od), valid, mask, r, cfg)
+    oracle = rasterizer.GaussNewtonResult.unpack(pack(torch.from_numpy(Hd), torch.from_numpy(gd), (
         cost, float(a[:3].sum() + a[3]), valid.sum(), *counts)))
     ours = gn_run(s, "cpu", (oc, od, valid), gain=math.exp(exposure[0]))
-    # measured: H 2e-7, g 1.3e-7 (the tracker sums in float32), cost and l1 1e-8, counts exact
-    assert_gn_close(ours, tracker, rel=1e-5, rel_cost=1e-5, counts=0)
+    # measured: H 2e-7, g 1.3e-7, cost and l1 1e-8, counts exact
+    assert_gn_close(ours, oracle, rel=1e-5, rel_cost=1e-5, counts=0)
 
 
 def test_deterministic_across_thread_counts():
@@ -264,8 +263,8 @@ def test_rejects_bad_inputs():
 @pytest.mark.parametrize("pivot_z", [0.0, 1.7])
 def test_point_motion_is_the_derivative_of_the_moved_projection(pivot_z):
     """rasterizer.point_motion (the Python statement of csrc/gn_math.h point_motion, used by the
-    oracle's observation rows and the render-difference solver) against central differences of
-    the projection of points moved by increment_points, every parameter."""
+    oracle's observation rows) against central differences of the projection of points moved by
+    increment_points, every parameter."""
     from rasterizer.point_motion import point_motion
 
     g = torch.Generator().manual_seed(3)

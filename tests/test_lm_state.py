@@ -1,7 +1,8 @@
 """The device LM (rasterizer.lm_state) on the CPU: its bookkeeping phases against the NumPy oracle
-and against the host solver's own math (slam.tracking.lm.damped_step, slam.geometry), its
-evaluation against rasterizer.gauss_newton at the transformed means, and a whole LM from a
-perturbed pose."""
+and against the render-difference oracle's step (tests/render_oracle.py damped_step,
+slam.geometry), its evaluation against rasterizer.gauss_newton at the transformed means, a whole
+LM from a perturbed pose, and the same LM on the reference backend (the PyTorch / NumPy oracles)
+against the kernels."""
 import numpy as np
 import pytest
 import torch
@@ -19,8 +20,8 @@ from rasterizer_scenes import (
     lm_random_state,
     random_scene,
 )
+from render_oracle import damped_step
 from slam.geometry import pivot_increment, transform_points
-from slam.tracking import lm
 
 
 def settings(exposure=True, **kw):
@@ -72,13 +73,14 @@ def test_accept_and_reject_rules():
 
 
 @pytest.mark.parametrize("exposure", [True, False])
-def test_propose_is_the_host_solvers_step(exposure):
-    """The device step equals lm.damped_step + slam.geometry.pivot_increment of the host solver."""
+def test_propose_is_the_oracles_step(exposure):
+    """The device step equals the render-difference oracle's damped_step +
+    slam.geometry.pivot_increment."""
     s = lm_random_state(np.random.default_rng(7), exposure)
     got = torch.from_numpy(s.copy())
     L.lm_phase(got, L.PROPOSE, settings(exposure))
     res = rasterizer.GaussNewtonResult.unpack(torch.from_numpy(s[L.CUR:L.TRIAL]), exposure)
-    step = lm.damped_step(res.H, res.g, s[L.DAMPING])
+    step = damped_step(res.H, res.g, s[L.DAMPING])
     T_new = pivot_increment(step[:6], s[L.PIVOT]) @ s[L.T:L.T + 16].reshape(4, 4)
     np.testing.assert_allclose(got[L.TRIAL_T:L.TRIAL_T + 16].numpy().reshape(4, 4), T_new, rtol=1e-10, atol=1e-12)
     exp_new = s[L.EXP:L.EXP + 2] + (step[6:8] if exposure else 0.0)
@@ -204,8 +206,9 @@ def _diagonal_state(h_diag, g):
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_propose_keeps_the_exposure_in_its_plausible_range(sign):
     """A frame whose covered map is nearly black has a log-gain row of ~0, and its step is huge (it
-    overflowed exp() in the render solver): the trial exposure is clamped to +-LOG_GAIN_MAX,
-    +-BIAS_MAX, by the kernel as by the oracle and the host solver's clamp; the pose step is kept."""
+    overflowed exp() in the render-difference solver): the trial exposure is clamped to
+    +-LOG_GAIN_MAX, +-BIAS_MAX, by the kernel as by the NumPy oracle and clamp_exposure; the pose
+    step is kept."""
     s = _diagonal_state([1.0] * 6 + [1e-12, 1e-12], [0.01, 0.0, 0.0, 0.0, 0.0, 0.0, sign, -sign])
     ref = s.copy()
     L.lm_phase_reference(ref, L.PROPOSE, settings())
@@ -214,15 +217,16 @@ def test_propose_keeps_the_exposure_in_its_plausible_range(sign):
     np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
     want = (-sign * L.LOG_GAIN_MAX, sign * L.BIAS_MAX)
     assert tuple(got[L.TRIAL_EXP:L.TRIAL_EXP + 2].tolist()) == want
-    step = lm.damped_step(np.diag([1.0] * 6 + [1e-12, 1e-12]), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3)
-    assert abs(step[6]) > 1e9 and lm.clamp_exposure(*(s[L.EXP:L.EXP + 2] + step[6:8])) == want
+    step = damped_step(np.diag([1.0] * 6 + [1e-12, 1e-12]), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3)
+    assert abs(step[6]) > 1e9 and L.clamp_exposure(*(s[L.EXP:L.EXP + 2] + step[6:8])) == want
     assert got[L.STEP_MAX] == pytest.approx(0.01 / 1.001)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_propose_does_not_move_on_non_finite_normal_equations(bad):
-    """NaN or inf in the normal equations (non-finite data): no move, in the kernel, the oracle and
-    the host solver's step; the trial is the current pose and exposure, never a NaN pose."""
+    """NaN or inf in the normal equations (non-finite data): no move, in the kernel, the NumPy
+    oracle and the render-difference oracle's step; the trial is the current pose and exposure,
+    never a NaN pose."""
     s = _diagonal_state([1.0] * 8, [0.01, bad, 0.0, 0.0, 0.0, 0.0, 0.1, 0.1])
     ref = s.copy()
     L.lm_phase_reference(ref, L.PROPOSE, settings())
@@ -232,4 +236,4 @@ def test_propose_does_not_move_on_non_finite_normal_equations(bad):
     assert np.array_equal(got[L.TRIAL_T:L.TRIAL_T + 16].numpy(), s[L.T:L.T + 16])
     assert np.array_equal(got[L.TRIAL_EXP:L.TRIAL_EXP + 2].numpy(), s[L.EXP:L.EXP + 2])
     assert got[L.STEP_MAX] == 0.0
-    assert not lm.damped_step(np.eye(8), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3).any()
+    assert not damped_step(np.eye(8), s[L.CUR + L.G:L.CUR + L.G + 8], 1e-3).any()

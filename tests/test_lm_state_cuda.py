@@ -104,7 +104,7 @@ def _snapshot(scene, version, n=None):
 def _solvers():
     from slam.config import QualityConfig, TrackingConfig
     from slam.tracking.fused import FusedSolver
-    cfg = TrackingConfig(solver="fused", iters=6, pyramid_levels=2)
+    cfg = TrackingConfig(iters=6, pyramid_levels=2)
     return (FusedSolver(cfg, QualityConfig(), "auto"),
             FusedSolver(dataclasses.replace(cfg, cuda_graph=False), QualityConfig(), "auto"))
 

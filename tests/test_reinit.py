@@ -34,7 +34,7 @@ def frontend_at(frames, cfg_extra=()):
     """A frontend that has tracked frames 0 and 1 (the map is the world's; one keyframe at 0)."""
     color0, depth0 = frames[0]
     kf = Keyframe(0, 0.0, T0.copy(), color0, depth0.astype(np.float16), K.copy(), kf_id=0)
-    frontend = TrackingFrontend(tracking_config("fused", *cfg_extra), lambda: [kf])
+    frontend = TrackingFrontend(tracking_config(*cfg_extra), lambda: [kf])
     return frontend
 
 

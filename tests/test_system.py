@@ -177,7 +177,7 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
     handed over, and the tracker's wait is reported. With the bound at 3 the tracker does run
     more than one keyframe ahead (so the check can fail)."""
     cfg = sample_run.cfg(30, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
-                         "tracking.solver=fused", f"system.max_unmapped_keyframes={bound}")
+                         f"system.max_unmapped_keyframes={bound}")
     system = SlamSystem(cfg)
     lags = []
 

@@ -1,6 +1,7 @@
 """The tracker never crashes on data: adversarial observations against a small generated map, on
-the CPU, with both solvers (fused on the CPU kernels, renders on the CPU rasterizer), driven
-through ``Tracker.track`` and through ``TrackingFrontend.process`` (whose failures reach
+the CPU, on both raster backends the tracker's solver runs on there (``cpu``: the kernels;
+``reference``: the PyTorch oracles of the Gauss-Newton pass and the LM phases), driven through
+``Tracker.track`` and through ``TrackingFrontend.process`` (whose failures reach
 re-initialisation from features and relocalisation).
 
 Every case's frames must give no exception, and each result is either ok with a finite pose or
@@ -9,7 +10,8 @@ pixels (scattered NaN / inf depth: invalid at the observation boundary) must tra
 nothing to track must fail, and a clean frame after the bad ones must track again.
 
 The map is a textured wall with two boxes in front (generated spheres); the frames are its
-renders, so a clean frame must track. 40x30 pixels and one thread keep the file fast.
+renders, so a clean frame must track. 40x30 pixels (20x15 on the dense reference backend) and one
+thread keep the file fast.
 """
 from __future__ import annotations
 
@@ -30,10 +32,8 @@ from tracking_world import (
     DT,
     T0,
     T1,
-    H,
-    K,
-    W,
     frame_obs,
+    intrinsics,
     make_world,
     one_thread,  # noqa: F401 (an autouse fixture: one CPU thread)
     tracking_config,
@@ -59,16 +59,19 @@ class Case:
 
 def raw_obs(color: np.ndarray, depth: np.ndarray) -> Observation:
     """Device images handed to the tracker as they are (float colour in [0, 1] may hold NaN)."""
+    h, w = depth.shape
     return Observation(torch.from_numpy(np.asarray(color, np.float32)), torch.from_numpy(depth.astype(np.float32)),
-                       torch.from_numpy(K).float())
+                       torch.from_numpy(intrinsics(w, h)).float())
 
 
-SCATTER = np.random.default_rng(1).random((H, W)) < 0.2   # a fifth of the pixels
+def scatter(shape) -> np.ndarray:
+    """(h, w) bool: a fifth of the pixels, the same ones every call."""
+    return np.random.default_rng(1).random(shape[:2]) < 0.2
 
 
 def scattered(a: np.ndarray, value: float) -> np.ndarray:
     a = a.astype(np.float32)
-    a[SCATTER] = value
+    a[scatter(a.shape)] = value
     return a
 
 
@@ -84,7 +87,7 @@ CASES = {
     "clean": Case(frame_obs, OK),
     "nan_depth_scattered": Case(lambda c, d: frame_obs(c, scattered(d, NAN)), OK),
     "inf_depth_scattered": Case(lambda c, d: frame_obs(c, scattered(d, INF)), OK),
-    "negative_depth_scattered": Case(lambda c, d: frame_obs(c, np.where(SCATTER, -d, d)), OK),
+    "negative_depth_scattered": Case(lambda c, d: frame_obs(c, np.where(scatter(d.shape), -d, d)), OK),
     "nan_depth_all": Case(lambda c, d: frame_obs(c, np.full_like(d, NAN)), FAILS),
     "inf_depth_all": Case(lambda c, d: frame_obs(c, np.full_like(d, INF)), FAILS),
     "no_valid_depth": Case(lambda c, d: frame_obs(c, np.zeros_like(d)), FAILS),
@@ -95,9 +98,11 @@ CASES = {
     "exposure_x0.01": Case(lambda c, d: frame_obs(exposed(c, 0.01), d), EITHER),
     # past the boundary: device images with non-finite values reach the tracker as they are
     "raw_nan_color": Case(lambda c, d: raw_obs(np.full(c.shape, NAN), d), FAILS),
-    "raw_nan_color_scattered": Case(lambda c, d: raw_obs(np.where(SCATTER[..., None], NAN, c / 255.0), d), EITHER),
+    "raw_nan_color_scattered": Case(lambda c, d: raw_obs(np.where(scatter(d.shape)[..., None], NAN, c / 255.0), d),
+                                    EITHER),
     "raw_nonfinite_depth_scattered": Case(
-        lambda c, d: raw_obs(c / 255.0, np.where(SCATTER, NAN, np.where(np.roll(SCATTER, 1), INF, d))), EITHER),
+        lambda c, d: raw_obs(c / 255.0, np.where(scatter(d.shape), NAN, np.where(np.roll(scatter(d.shape), 1), INF, d))),
+        EITHER),
     "repeated_frame": Case(frame_obs, OK, same_stamp=True),
     "jump_prior_1m_90deg": Case(frame_obs, EITHER, prior=JUMP),
     "nan_prior": Case(frame_obs, EITHER, prior=np.full((4, 4), NAN)),
@@ -105,17 +110,23 @@ CASES = {
     # exposure's log gain step past exp()'s range
     "dark_map": Case(frame_obs, EITHER, dark=True),
 }
-SOLVERS = ["fused", "renders"]   # both on the CPU kernels (raster.backend cpu)
+BACKENDS = ["cpu", "reference"]   # raster.backend: the tracker's one solver on the kernels and on the oracles
+# Through the frontend on the (slow) reference backend: the cases whose bad frames may fail, so
+# reach re-initialisation and relocalisation; the others are tracker-level cases there.
+FRONTEND = [(name, backend) for backend in BACKENDS for name, case in CASES.items()
+            if backend == "cpu" or case.expect != OK]
 
 
 @pytest.fixture(scope="module")
-def world():
-    """The map, its dark twin, and the clean frames at T0, T1, T2 (``tests.tracking_world``)."""
-    return make_world()
+def worlds():
+    """Per backend: the map, its dark twin, and the clean frames at T0, T1, T2
+    (``tests.tracking_world``): at 40x30 for the kernels, at 20x15 (a quarter of the spheres) for
+    the dense PyTorch oracles."""
+    return {"cpu": make_world(), "reference": make_world(width=20)}
 
 
-def config(solver: str):
-    return tracking_config(solver)
+def config(backend: str):
+    return tracking_config(backend=backend)
 
 
 def check(r, what: str) -> None:
@@ -141,11 +152,11 @@ def check_case(case: Case, results: list, n_bad: int) -> None:
     assert results[-1].ok, f"no recovery after the bad frames: {results[-1].reason}"
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_tracker_survives(world, name, solver):
-    snap, dark, frames = world
-    case, cfg = CASES[name], config(solver)
+def test_tracker_survives(worlds, name, backend):
+    snap, dark, frames = worlds[backend]
+    case, cfg = CASES[name], config(backend)
     tracker = Tracker(cfg.tracking, cfg.quality, cfg.raster.backend)
     tracker.initialise(T0, 0.0)
     results = [tracker.track(frame_obs(*frames[1]), snap, timestamp=DT)]
@@ -157,17 +168,16 @@ def test_tracker_survives(world, name, solver):
     check_case(case, results, 2)
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
-@pytest.mark.parametrize("name", list(CASES))
-def test_frontend_survives(world, name, solver, monkeypatch):
+@pytest.mark.parametrize("name, backend", FRONTEND)
+def test_frontend_survives(worlds, name, backend, monkeypatch):
     """Three bad frames: the second failure makes the camera lost (a relocalisation attempt,
     inline in sequential mode), a failed frame makes the next prior untrusted (coarse poses from
     ORB + PnP against the keyframe); then two clean frames."""
-    snap, dark, frames = world
+    snap, dark, frames = worlds[backend]
     case = CASES[name]
     color0, depth0 = frames[0]
-    kf = Keyframe(0, 0.0, T0.copy(), color0, depth0.astype(np.float16), K.copy(), kf_id=0)
-    frontend = TrackingFrontend(config(solver), lambda: [kf])
+    kf = Keyframe(0, 0.0, T0.copy(), color0, depth0.astype(np.float16), intrinsics(*depth0.shape[::-1]), kf_id=0)
+    frontend = TrackingFrontend(config(backend), lambda: [kf])
     frontend.process(frame_obs(*frames[0]), None, 0, 0.0, gt_pose=T0)
     results = [frontend.process(frame_obs(*frames[1]), snap, 1, DT)]
     if case.prior is not None:

@@ -85,12 +85,11 @@ def make_world(poses=(T0, T1, T2), width: int = W, jitter: float = 0.0):
     return snap, dark, [render(T) for T in poses]
 
 
-def tracking_config(solver: str = "fused", *extra: str, backend: str = "cpu"):
+def tracking_config(*extra: str, backend: str = "cpu"):
     """On the CPU with raster ``backend`` ('cpu': the kernels, 'reference': the PyTorch oracles),
     sequential (a relocalisation attempt runs inline), with fewer iterations and relocalisation
-    candidates than shipped (tests stay fast) and the render solver's finite-difference Jacobians
-    from its third iteration on; ``extra``: more overrides."""
+    candidates than shipped (tests stay fast); ``extra``: more overrides."""
     return load_config("default.yaml", [
-        "system.device=cpu", "system.threaded=false", f"raster.backend={backend}", f"tracking.solver={solver}",
-        "tracking.iters=4", "tracking.recovery_iters=6", "tracking.analytic_iters=2",
+        "system.device=cpu", "system.threaded=false", f"raster.backend={backend}",
+        "tracking.iters=4", "tracking.recovery_iters=6",
         "relocalise.top_k=1", "relocalise.refine_k=1", "relocalise.pnp_refine=1", *extra])

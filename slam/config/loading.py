@@ -4,7 +4,8 @@
 A config file is YAML whose top-level keys are the sections of ``slam.config.schema``. ``inherit_from: base.yaml``
 (a path relative to the file, or a bare name of a shipped config) merges the parent first; the
 child's keys override key by key. Unknown keys and wrong types are errors naming the key and a
-close match. ``load_config(path, overrides=["tracking.iters=20"])`` returns a ``Config``.
+close match; a key that was removed (``REMOVED_KEYS``) says why and what to do instead.
+``load_config(path, overrides=["tracking.iters=20"])`` returns a ``Config``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ from slam.resources import resolve_config_path
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the key or file."""
+
+
+# Keys that no longer exist, with why and what to do instead: a config that still sets one fails
+# with this message (not a bare "unknown key"). Remove an entry once configs that old are unlikely.
+_RENDER_ORACLE = ("was read only by the render-difference solver ('renders'), which is no longer a run-time "
+                  "solver (issue 36: it is the tests' oracle, tests/render_oracle.py)")
+REMOVED_KEYS = {
+    "tracking.solver": "the tracker has one solver, the fused Gauss-Newton LM (slam/tracking/fused.py), on every "
+                       "raster backend (reference included); 'renders' is the tests' oracle now (issue 36)",
+    "loop.align_solver": "loop verification's dense alignment runs the tracker's one solver (issue 36)",
+    "tracking.analytic_iters": _RENDER_ORACLE,
+    "tracking.fd_rot": _RENDER_ORACLE,
+    "tracking.fd_trans": _RENDER_ORACLE,
+}
 
 
 # --------------------------------------------------------------------------- loading
@@ -155,6 +170,9 @@ def _build(cls: type, raw: Any, prefix: str = "") -> Any:
     kwargs = {}
     for key, value in raw.items():
         full = f"{prefix}.{key}" if prefix else str(key)
+        if full in REMOVED_KEYS:
+            raise ConfigError(f"config key '{full}' was removed: {REMOVED_KEYS[full]}. Delete it from the "
+                              f"config file or --set")
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean '{(prefix + '.') if prefix else ''}{close[0]}'?)" if close else ""
@@ -222,8 +240,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tracking.huber_color and tracking.huber_depth must be > 0")
     if not 0.0 <= cfg.tracking.obs_gradient <= 1.0:
         raise ConfigError(f"tracking.obs_gradient: must be in [0, 1], got {cfg.tracking.obs_gradient}")
-    if cfg.tracking.analytic_iters < 0:
-        raise ConfigError(f"tracking.analytic_iters: must be >= 0, got {cfg.tracking.analytic_iters}")
     lp = cfg.loop
     sigmas = (lp.odometry_sigma_trans, lp.odometry_sigma_rot_deg, lp.loop_sigma_trans, lp.loop_sigma_rot_deg)
     if min(sigmas) <= 0:

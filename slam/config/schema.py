@@ -43,19 +43,14 @@ class RasterConfig:
 
 @dataclass
 class TrackingConfig:
-    solver: Literal["renders", "fused"] = "fused"  # fused: one rasterizer pass per LM evaluation
-                                    # gives the normal equations, the LM state stays on the device
-                                    # (one host wait per frame; CUDA graphs): many times the
-                                    # tracking rate at the same ATE, see
-                                    # docs/benchmarks.md#tracker-profile. renders: image-gradient /
-                                    # finite-difference Jacobians over renders, kept as the reference
-    cuda_graph: bool = True         # solver fused on CUDA: each frame's LM (all levels) is one
-                                    # captured CUDA graph (rasterizer/lm_state.py; no host wait
-                                    # inside a frame either way); false: the same kernels queued
-                                    # one by one
+    """The tracker (slam/tracking/tracker.py) and its one solver (slam/tracking/fused.py): one
+    rasterizer pass per Levenberg-Marquardt evaluation gives the normal equations, the LM state
+    stays on the device (one host wait per frame)."""
+
+    cuda_graph: bool = True         # on CUDA: each frame's LM (all levels) is one captured CUDA
+                                    # graph (rasterizer/lm_state.py; no host wait inside a frame
+                                    # either way); false: the same kernels queued one by one
     iters: int = 8                  # Gauss-Newton (LM) iterations per frame, all pyramid levels
-    fd_rot: float = 0.001           # finite-difference step of the pose Jacobian, rad
-    fd_trans: float = 0.001         # finite-difference step of the pose Jacobian, m
     damping: float = 1e-3           # initial Levenberg-Marquardt damping (relative to diag(H))
     damping_down: float = 0.3       # damping factor after an accepted LM step ...
     damping_up: float = 10.0        # ... and after a rejected one
@@ -77,16 +72,13 @@ class TrackingConfig:
                                     # new ground was flagged frame after frame and the map stopped)
     recovery_iters: int = 20        # iterations for a recovery attempt
     converged_step: float = 1e-5    # stop a level when the pose step is below this (rad / m)
-    obs_gradient: float = 0.5       # solver fused, every pyramid level: share of the observed
+    obs_gradient: float = 0.5       # every pyramid level: share of the observed
                                     # frame's image gradients in the pose Jacobian (ESM's blend
                                     # with the render's exact derivatives: wider convergence from a
                                     # distant prior, and a more accurate pose where the render is
                                     # sharp than exact rows at the finest level give:
                                     # docs/benchmarks.md#why-the-defaults-are-what-they-are); 0 =
                                     # exact only
-    analytic_iters: int = 6         # solver renders: the first N LM iterations (coarse-to-fine)
-                                    # take the pose Jacobian from the render's image gradients (no
-                                    # extra render), the rest by finite differences (6 renders)
 
 
 @dataclass
@@ -207,11 +199,6 @@ class LoopConfig:
     min_color_inliers: float = 0.7  # shares of depth / colour inliers (quality.*'s absolute test with
                                     # stricter floors: a wrong loop bends the whole trajectory, and a
                                     # one-off alignment has no recent level to be judged against)
-    align_solver: Literal["renders", "fused"] = "fused"  # the dense alignment's tracking.solver:
-                                    # it starts from the ICP pose, where the fused solver is as
-                                    # good, and it needs no image-sized Jacobian buffers while the
-                                    # tracker runs beside it (GPU memory:
-                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are)
     min_correction: float = 0.005   # m: a verified loop moving the keyframe less than this ...
     min_correction_deg: float = 0.3 # ... and turning it less than this is recorded, not applied
     # Acceptance (slam/loop/acceptance.py): a loop is closed only when its two keyframes are this

@@ -214,9 +214,9 @@ class LoopVerifier:
 
     def __init__(self, cfg: LoopConfig, tracking: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
         self.cfg = cfg
-        # The alignment is the tracker's LM with the loop stage's own solver choice; its trackers
-        # live for one candidate: no CUDA graphs (a capture synchronises the device).
-        self.tracking_cfg = dataclasses.replace(tracking, solver=cfg.align_solver, cuda_graph=False)
+        # The alignment is the tracker's LM; its trackers live for one candidate: no CUDA graphs
+        # (a capture synchronises the device).
+        self.tracking_cfg = dataclasses.replace(tracking, cuda_graph=False)
         self.quality_cfg = dataclasses.replace(quality, min_depth_inliers=cfg.min_depth_inliers,
                                                min_color_inliers=cfg.min_color_inliers)
         self.quad = quality.depth_noise_quad

@@ -36,10 +36,13 @@ def _ground_truth(run: Path, t_range=None):
     if not cfg_path.is_file():
         return None
     try:
-        from slam.config import load_config
+        from slam.config import config_from_dict, load_raw
         from slam.data.sources import load_ground_truth
 
-        stamps, poses = load_ground_truth(load_config(cfg_path).data)
+        # the data section alone: an older run's config.yaml may hold keys removed since
+        # (slam.config.loading.REMOVED_KEYS), which do not matter here
+        data = config_from_dict({"data": load_raw(cfg_path).get("data") or {}}).data
+        stamps, poses = load_ground_truth(data)
         if t_range is not None:
             keep = (stamps >= t_range[0] - 0.02) & (stamps <= t_range[1] + 0.02)
             stamps, poses = stamps[keep], poses[keep]

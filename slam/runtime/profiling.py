@@ -75,7 +75,7 @@ def profile_replay(tracker: Tracker, obs: Observation, snap: MapSnapshot, start,
         tracker.prev2 = before
         tracker.track(obs, snap)
 
-    for _ in range(CAPTURE_AFTER):   # warm-up; the fused solver's CUDA graph is captured here
+    for _ in range(CAPTURE_AFTER):   # warm-up; the tracker's CUDA graph is captured here
         once()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,

@@ -12,11 +12,12 @@ GPU ms by kernel class, kernel launches, wall ms). The model, stated so it can b
   memory bandwidth.
 - A frame takes between max(host, GPU) (host and GPU fully overlap) and host + GPU (every LM
   iteration waits for the GPU). Which applies is measured: the profile's ``host_waits`` per frame
-  (synchronise calls and reads into pageable memory). With fewer than two (the fused solver's
+  (synchronise calls and reads into pageable memory). With fewer than two (the tracker's
   device LM: the host queues the whole frame, then reads the result back once; the occasional
   graph capture or profiler synchronisation adds a fraction) the host's work overlaps the GPU's
-  and FPS comes from the lower bound; with more (the render-difference solver waits for every
-  evaluation), or in a profile without the figure, from the upper one. ``host_ms`` is the
+  and FPS comes from the lower bound; with more (a solver that waits for every evaluation, as the
+  render-difference one did before issue 36), or in a profile without the figure, from the upper
+  one. ``host_ms`` is the
   host's own work: the profile leaves its explicit waits for the GPU out.
 
 Measure the real thing on a Jetson (same profile, no projection):

@@ -13,7 +13,6 @@ import argparse
 import json
 import platform
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -51,8 +50,6 @@ def main(argv=None) -> int:
     ap.add_argument("--map-frames", type=int, default=60, help="frames mapped before profiling")
     ap.add_argument("--frames", type=int, default=20, help="frames tracked under the profiler")
     ap.add_argument("--rows", type=int, default=25, help="operators listed")
-    ap.add_argument("--compare", nargs="*", default=[], metavar="SOLVER",
-                    help="also time these tracking.solver values on the same map and frames (e.g. renders)")
     ap.add_argument("--json", default=None, help="write the profile summary (for slam_jetson_projection)")
     args = ap.parse_args(argv)
 
@@ -64,8 +61,8 @@ def main(argv=None) -> int:
     obs = [system.observation(f) for f in frames]   # as the system hands them to its tracker
     renders = {"n": 0}
 
-    def fresh_tracker(solver: str) -> Tracker:
-        tracker = Tracker(replace(cfg.tracking, solver=solver), cfg.quality, cfg.raster.backend)
+    def fresh_tracker() -> Tracker:
+        tracker = Tracker(cfg.tracking, cfg.quality, cfg.raster.backend)
         tracker.initialise(records[-1].T_wc)
         tracker.prev2 = records[-2].T_wc if len(records) > 1 else None
         return tracker
@@ -73,8 +70,8 @@ def main(argv=None) -> int:
     sync = torch.cuda.synchronize if system.device.type == "cuda" else (lambda: None)
     n = len(obs)
 
-    def timed(solver: str) -> float:
-        tracker = fresh_tracker(solver)
+    def timed() -> float:
+        tracker = fresh_tracker()
         renders["n"] = 0
         sync()
         t0 = time.perf_counter()
@@ -83,19 +80,16 @@ def main(argv=None) -> int:
         sync()
         return (time.perf_counter() - t0) * 1000 / n
 
-    for solver in dict.fromkeys([cfg.tracking.solver, *args.compare]):   # the configured solver first
-        fresh_tracker(solver).track(obs[0], snap)  # warm-up (allocator, kernels)
-        ms = timed(solver)
-        if solver == cfg.tracking.solver:
-            wall_ms, renders_per_frame = ms, renders["n"] / n
-        print(f"tracking ({solver}): {ms:.1f} ms/frame, {renders['n'] / n:.1f} renders/frame, "
-              f"{ms * n / max(renders['n'], 1):.2f} ms per render (all included)")
-    solver = cfg.tracking.solver
+    fresh_tracker().track(obs[0], snap)  # warm-up (allocator, kernels)
+    wall_ms = timed()
+    renders_per_frame = renders["n"] / n
+    print(f"tracking: {wall_ms:.1f} ms/frame, {renders_per_frame:.1f} renders/frame, "
+          f"{wall_ms / max(renders_per_frame, 1e-9):.2f} ms per render (all included)")
     acts = [torch.profiler.ProfilerActivity.CPU]
     if system.device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=acts) as prof:
-        ms = timed(solver)
+        ms = timed()
     print(f"under the profiler: {ms:.1f} ms/frame")
     if args.json:
         summary = profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")

@@ -22,8 +22,12 @@ lower the true cost), and on 7-Scenes more accurate than exact rows at the fines
 Per level of n iterations: one evaluation at the current pose, then n x (propose, evaluate,
 accept or reject); a rejected trial uses an iteration; the level stops early (its remaining
 evaluations do nothing) once a step is negligible, ``lm_attempts`` trials in a row were rejected
-or nothing is in view. The same thresholds as the render-difference solver
-(``slam.tracking.tracker``, ``tracking.solver: renders``).
+or nothing is in view.
+
+Checked against an independent formulation of the same problem, the render-difference LM
+(tests/render_oracle.py: Jacobians from the render's image gradients or finite differences of real
+renders, the LM on the host; the tracker's second solver until issue 36), on the small generated
+world of tests/tracking_world.py (tests/test_tracking_oracle.py).
 """
 from __future__ import annotations
 

@@ -31,10 +31,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
-import torch
 
 from slam.config import QualityConfig
-from slam.observation import Observation
 
 NAN = float("nan")
 # The recent level is the median over the last HISTORY frames that passed the absolute floors, used
@@ -62,23 +60,10 @@ class TrackQuality:
         return asdict(self)
 
 
-def pixel_counts(out, obs: Observation, valid: torch.Tensor, covered: torch.Tensor, r: torch.Tensor,
-                 cfg: QualityConfig) -> torch.Tensor:
-    """(3,) float32 device tensor: covered pixels, depth inliers, colour inliers (no host sync).
-
-    out: the render at the final pose; valid: (H, W) bool valid edge-free depth; covered: (H, W)
-    bool, valid and explained by the map (alpha above the threshold); r: (H, W, 4) the masked
-    residual (colour after exposure in channels 0-2)."""
-    z = obs.depth
-    depth_ok = (out.depth - z).abs() <= cfg.depth_noise_floor + cfg.depth_noise_quad * z * z
-    color_ok = r[..., :3].abs().mean(-1) <= cfg.color_tol
-    return torch.stack([covered.sum(), (covered & depth_ok).sum(), (covered & color_ok).sum()]).float()
-
-
-def conditioning(H: Optional[torch.Tensor]) -> float:
-    """Smallest / largest eigenvalue of the Jacobi-scaled 6x6 pose block of ``H`` (host, float64);
-    NaN when unknown or not finite (NaN data: no eigenvalues to take), 0 when a direction has no
-    evidence at all."""
+def conditioning(H) -> float:
+    """Smallest / largest eigenvalue of the Jacobi-scaled 6x6 pose block of normal equations ``H``
+    ((P, P), P >= 6, a host tensor or array, read as float64); NaN when unknown (None) or not
+    finite (NaN data: no eigenvalues to take), 0 when a direction has no evidence at all."""
     if H is None:
         return NAN
     P = np.asarray(H[:6, :6], dtype=np.float64)

@@ -1,22 +1,15 @@
-"""Camera tracking: render-and-compare pose optimisation against the latest published map.
+"""Camera tracking: pose optimisation against the latest published map.
 
 Per frame: a constant-velocity guess, then Levenberg-Marquardt on a 6-DoF pose increment
 (rotation vector about a pivot at the median scene depth + translation, applied on the left of
 the world-to-camera pose) and a per-frame affine exposure (gain, bias), minimising robust (Huber)
 colour + lambda * depth residuals over the pixels the map already explains (rendered alpha above a
-threshold, valid depth away from depth edges). Gauss-Newton needs the pose Jacobian per pixel,
-so a handful of iterations converge where a first-order optimiser needs dozens. The default
-solver (``tracking.solver: fused``, ``slam.tracking.fused``) gets the normal equations from one
-rasterizer pass per evaluation (the render's exact pose derivative blended with the observed
-frame's image gradients), with the LM state on the device. The reference solver here
-(``renders``) gets the Jacobian two ways, with no backward pass: the first ``analytic_iters``
-iterations linearise the render itself (its image gradients times the pixel motion of its
-back-projected depth: no extra render), the rest use finite differences (six extra forward renders
-per iteration: exact for the render, including footprint changes and disocclusions, so the final iterations settle where the true
-cost is lowest). Every step is accepted only if a real render lowers the cost. Coarse-to-fine
-over an image pyramid; stops when the step is negligible or no step lowers the cost. The tracker
-only renders detached snapshots under ``no_grad``: nothing reaches the map. The LM math
-(residuals, Jacobian rows, normal equations) is in ``slam.tracking.lm``.
+threshold, valid depth away from depth edges), coarse to fine over an image pyramid. Gauss-Newton
+needs the pose Jacobian per pixel, so a handful of iterations converge where a first-order
+optimiser needs dozens. The solver (``slam.tracking.fused``) gets the normal equations from one
+rasterizer pass per evaluation, with the LM state on the device; this class only decides where
+to start, judges the result and keeps the motion history. The tracker reads detached snapshots
+only: nothing reaches the map.
 
 The tracker works at the resolution of the observation it is given (the system uploads frames at
 ``tracking.downscale``); the pyramid halves it per coarser level.
@@ -29,27 +22,17 @@ pose); frames that stay failed are reported so the system makes no keyframe from
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Callable, Optional
 
 import numpy as np
-import torch
 
-from rasterizer import depth_edge_mask
 from slam.config import QualityConfig, TrackingConfig
-from slam.geometry import (
-    constant_velocity_guess,
-    invert,
-    orthonormalize,
-    pivot_increment,
-    pivot_information_to_body,
-    relative_motion,
-)
+from slam.geometry import constant_velocity_guess, orthonormalize, relative_motion
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
 from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
-from slam.tracking.quality import RELATIVE, RecentLevel, TrackQuality, conditioning, judge, pixel_counts
+from slam.tracking.quality import RELATIVE, RecentLevel, judge
 from slam.tracking.result import TrackResult, not_finite, rank
 
 # The motion prior extrapolates the last good motion by the time elapsed since the last good
@@ -63,8 +46,8 @@ MAX_EXTRAPOLATION_S = 0.25
 
 class Levels:
     """The frame being tracked (``obs``, the finest level) and its coarse-to-fine pyramid
-    (``lm.pyramid``), built on first use and then shared by the frame's LM runs. The fused solver's
-    CUDA graph builds its own pyramid inside the graph from ``obs``."""
+    (``lm.pyramid``), built on first use and then shared by the frame's LM runs. The solver's CUDA
+    graph builds its own pyramid inside the graph from ``obs``."""
 
     def __init__(self, obs: Observation, levels: int) -> None:
         self.obs, self.count = obs, levels
@@ -81,9 +64,9 @@ class Tracker:
     """Estimates each frame's pose; keeps the pose history for the motion model."""
 
     def __init__(self, cfg: TrackingConfig, quality: QualityConfig, backend: str = "auto") -> None:
+        """``backend``: the raster backend the solver runs on (``raster.backend``)."""
         self.cfg = cfg
         self.quality_cfg = quality
-        self.backend = backend
         # The last two good poses (T_wc) and their timestamps (s; None when not known): the motion
         # model. A failed frame leaves them as they are, so its successor is predicted from the
         # last good motion and the time elapsed since (``guess``).
@@ -95,9 +78,8 @@ class Tracker:
         self.level = RecentLevel()     # the loss of the recent frames that passed the floors
         self.failures = 0
         self.recoveries = 0
-        self._huber: dict = {}   # device -> (4,) Huber thresholds of the residual channels
-        self._renders = 0        # renders of the frame being tracked
-        self._fused = FusedSolver(cfg, quality, backend) if cfg.solver == "fused" else None
+        self._renders = 0        # the solver's passes (renders) for the frame being tracked
+        self._solver = FusedSolver(cfg, quality, backend)
 
     # ------------------------------------------------------------------ public
     def initialise(self, T_wc: np.ndarray, timestamp: Optional[float] = None) -> None:
@@ -196,120 +178,17 @@ class Tracker:
             # two frames' motion away).
             self.failures += 1
 
-    def _thresholds(self, device) -> torch.Tensor:
-        k = self._huber.get(device)
-        if k is None:
-            c = self.cfg
-            k = self._huber[device] = lm.huber_thresholds(c.huber_color, c.huber_depth, c.depth_weight, device)
-        return k
-
     def _optimise(self, levels: "Levels", snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
-        """LM from ``T_wc_init`` with the configured solver (``tracking.solver``). A start or a
-        result that is not finite (NaN / inf data, a diverged solve) is a failed result at a finite
-        pose (the start, else the last good pose) with its reason, never an exception."""
+        """LM from ``T_wc_init`` (4, 4 camera-to-world) with ``iters`` iterations over the pyramid. A
+        start or a result that is not finite (NaN / inf data, a diverged solve) is a failed result
+        at a finite pose (the start, else the last good pose) with its reason, never an exception."""
         if not np.all(np.isfinite(T_wc_init)):
             return TrackResult(self.last_good_or_identity(), float("inf"), 0.0, False, False, 0,
                                reason="not finite: the start pose")
-        if self._fused is not None:
-            result, passes = self._fused.optimise(levels, snapshot, T_wc_init, iters)
-            self._renders += passes
-        else:
-            result = self._optimise_renders(levels.pyramid(), snapshot, T_wc_init, iters)
+        result, passes = self._solver.optimise(levels, snapshot, T_wc_init, iters)
+        self._renders += passes
         bad = not_finite(result)
         if bad:
             return TrackResult(np.array(T_wc_init, dtype=np.float64), float("inf"), 0.0, False, False, result.iters,
                                reason=f"not finite: {', '.join(bad)} (bad input data or a diverged solve)")
         return result
-
-    @torch.no_grad()
-    def _optimise_renders(self, pyramid, snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
-        """The render-difference solver (``tracking.solver: renders``).
-        Levenberg-Marquardt on (pose increment, exposure log-gain/bias) with Huber weights
-        (IRLS); the pose Jacobian is analytic for the first ``analytic_iters`` iterations, by
-        finite differences after. The pose and exposure live on the host (float64); the device
-        only renders and reduces. Returns the estimate and its L1 residual on the finest level."""
-        cfg = self.cfg
-        device = snapshot.device
-        k = self._thresholds(device)
-        T_cw = invert(np.asarray(T_wc_init, dtype=np.float64))
-        exposure = (0.0, 0.0)   # (log gain, bias)
-        finest = pyramid[-1][0].depth
-        ok_depth = finest > 0
-        z_pivot = float(finest[ok_depth].median()) if bool(ok_depth.any()) else 1.0
-        fd_steps = [cfg.fd_rot] * 3 + [cfg.fd_trans] * 3
-
-        def moved(T, delta6):
-            # Rotation about a pivot at the median scene depth on the optical axis: decouples
-            # rotation from translation far better than rotating about the camera centre.
-            return pivot_increment(delta6, z_pivot) @ T
-
-        loss_val, known, done, first_it = float("inf"), 0.0, 0, 0
-        quality, Hd = TrackQuality(), None
-        schedule = lm.level_iters(iters, len(pyramid), cfg.coarse_share)
-        for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
-            n_valid = int(valid.sum())
-            if n_valid == 0:
-                return TrackResult(T_wc_init.copy(), float("inf"), 0.0, False, False, done)
-
-            def render(T, obs=obs):
-                self._renders += 1
-                return snapshot.render(obs.K, obs.width, obs.height, T_cw=T, backend=self.backend)
-
-            damping = cfg.damping
-            target = lm.target(obs, cfg.depth_weight)
-            affine = lm.affine(exposure, cfg.depth_weight, device)
-            out = render(T_cw)
-            for it in range(n_iter):
-                # The first analytic_iters iterations of the schedule (not of those run).
-                analytic = first_it + it < cfg.analytic_iters
-                mask = valid & (out.alpha > cfg.alpha_threshold)
-                if analytic:
-                    # Image gradients are meaningless across rendered depth edges.
-                    mask = mask & depth_edge_mask(out.depth)
-                m = mask.unsqueeze(-1).to(target.dtype)
-                r = lm.residual(out, target, m, affine)
-                cols = None
-                if analytic:
-                    pose_rows = partial(lm.analytic_pose_rows, out, obs, mask, affine, z_pivot)
-                else:
-                    cols = lm.fd_pose_columns(render, target, m, affine, r, T_cw, moved, fd_steps)
-                    pose_rows = partial(lm.copy_rows, cols)
-                Hd, gd, cost = lm.normal_equations(r, out, m, exposure, pose_rows, k, cfg.exposure)
-                del r, pose_rows, cols   # image-sized: free before the trial renders
-                if cost == 0.0 or not math.isfinite(cost):
-                    break  # nothing known in view, or NaN / inf data: no step to take
-                # LM: try the step, accept if the robust cost drops, else damp harder.
-                for _attempt in range(cfg.lm_attempts):
-                    step = lm.damped_step(Hd, gd, damping)
-                    T_new = moved(T_cw, step[:6])
-                    exp_new = lm.clamp_exposure(exposure[0] + step[6], exposure[1] + step[7]) if cfg.exposure else exposure
-                    aff_new = lm.affine(exp_new, cfg.depth_weight, device) if cfg.exposure else affine
-                    out_new = render(T_new)
-                    cost_new = float(lm.robust_cost(lm.residual(out_new, target, m, aff_new), k))
-                    done += 1
-                    if cost_new <= cost:
-                        T_cw, exposure, affine, out = T_new, exp_new, aff_new, out_new
-                        damping = max(damping * cfg.damping_down, lm.MIN_DAMPING)
-                        break
-                    damping *= cfg.damping_up
-                else:
-                    break  # no improving step: converged (or stuck)
-                if float(np.abs(step[:6]).max()) < cfg.converged_step:
-                    break
-            first_it += n_iter
-            if level < len(pyramid) - 1:
-                continue   # the loss and the quality figures are those of the finest level
-            mask = valid & (out.alpha > cfg.alpha_threshold)
-            r = lm.residual(out, target, mask.unsqueeze(-1).to(target.dtype), affine)
-            a = r.abs().sum(dim=(0, 1))
-            l1 = a[:3].sum() + a[3]                      # L1 colour (3 channels) + lambda * L1 depth
-            counts = pixel_counts(out, obs, valid, mask, r, self.quality_cfg)
-            l1, covered, depth_in, color_in = torch.cat([l1.reshape(1), counts]).tolist()   # one sync
-            cnt = max(int(covered), 1)
-            loss_val = l1 / cnt
-            known = cnt / max(float(n_valid), 1.0)
-            quality = TrackQuality(known, depth_in / cnt, color_in / cnt, conditioning(Hd))
-        T_wc = invert(T_cw)
-        T_wc = orthonormalize(T_wc) if np.all(np.isfinite(T_wc)) else T_wc   # NaN: failed by _optimise
-        information = None if Hd is None else pivot_information_to_body(Hd.cpu().numpy(), z_pivot)
-        return TrackResult(T_wc, loss_val, known, True, False, done, quality, information=information)
