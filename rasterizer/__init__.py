@@ -45,9 +45,7 @@ the statistics) to run. Not available with backend='gsplat'.
 
 Camera tracking: ``gauss_newton(...)`` renders at a pose, differentiates the render with respect to
 a pose increment and reduces the robust normal equations against an observed RGB-D frame in one
-fused pass; its model is in rasterizer/gauss_newton.py. ``robust_normal_equations(J, r, k, out)``
-reduces the Huber-weighted normal equations of a residual and its Jacobian rows in one kernel (the
-render-difference tracker's reduction; rasterizer/normal_equations.py).
+fused pass; its model is in rasterizer/gauss_newton.py.
 
 Mapping: ``adam_rows(params, exp_avg, exp_avg_sq, steps, grad, lr)`` is the map's Adam update of
 packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py).
@@ -72,10 +70,9 @@ from ._inputs import check_spheres, zeros3
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
-from .normal_equations import robust_normal_equations
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "increment_points", "robust_normal_equations", "adam_rows", "downsample",
+           "GaussNewtonResult", "increment_points", "adam_rows", "downsample",
            "depth_edge_mask"]
 
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")

@@ -20,9 +20,8 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 CPU_NAME = "_sphere_raster_cpu"
 CUDA_NAME = "_sphere_raster_cuda"
-CPU_SOURCES = ["raster_cpu.cpp", "gn_cpu.cpp", "normal_eq_cpu.cpp", "adam_cpu.cpp", "frame_cpu.cpp"]
-CUDA_SOURCES = ["raster_cuda.cu", "bin_cuda.cu", "gn_cuda.cu", "normal_eq_cuda.cu", "adam_cuda.cu", "frame_cuda.cu",
-                "bind_cuda.cpp"]
+CPU_SOURCES = ["raster_cpu.cpp", "gn_cpu.cpp", "adam_cpu.cpp", "frame_cpu.cpp"]
+CUDA_SOURCES = ["raster_cuda.cu", "bin_cuda.cu", "gn_cuda.cu", "adam_cuda.cu", "frame_cuda.cu", "bind_cuda.cpp"]
 
 
 def headers() -> list:

@@ -71,8 +71,7 @@ from . import _ext
 from ._inputs import check_spheres, zeros3
 from ._model import DEPTH_EPS
 from .functions import _camera
-from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, increment_points
-from .normal_equations import unpack as unpack_normal_equations
+from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, increment_points, unpack
 
 __all__ = ["gauss_newton", "GaussNewtonResult", "increment_points", "PACKED_SIZE", "N_TRI",
            "GN_BACKENDS"]
@@ -98,7 +97,7 @@ class GaussNewtonResult:
     def unpack(cls, packed: torch.Tensor, exposure: bool = True) -> "GaussNewtonResult":
         """From ``gauss_newton``'s (50,) tensor (any device: one host copy)."""
         p = packed.detach().to("cpu", torch.float64)
-        H, g, cost = unpack_normal_equations(p, N_PARAMS)   # the layout starts as that reduction's
+        H, g, cost = unpack(p)
         n = N_PARAMS if exposure else 6
         l1, nv, nc, nd, nk = p.numpy()[N_TRI + N_PARAMS + 1:].tolist()
         return cls(H[:n, :n].contiguous(), g[:n].contiguous(), float(cost), l1, int(round(nv)), int(round(nc)),

@@ -9,6 +9,7 @@ tracker forms them), the weights and the normal equations in float64.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .point_motion import point_motion
@@ -79,6 +80,21 @@ def observation_rows(obs_color: torch.Tensor, obs_depth: torch.Tensor, K: torch.
     rows = torch.stack([-(gu * du[k].unsqueeze(-1) + gv * dv[k].unsqueeze(-1)) for k in range(6)], -1)
     rows[..., 3, :] += torch.stack(dz, -1)
     return rows, ok
+
+
+_TRIU = np.triu_indices(N_PARAMS)   # H's packed order, built once
+
+
+def unpack(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The normal equations of a packed result (PACKED_SIZE,) on the CPU: (H (8, 8) symmetric,
+    g (8,), cost ()), in its dtype. Built in NumPy: a handful of PyTorch index operations per LM
+    iteration cost more host time than the 8x8 numbers are worth."""
+    p = packed.numpy()
+    H = np.empty((N_PARAMS, N_PARAMS), dtype=p.dtype)
+    i, j = _TRIU
+    H[i, j] = p[:N_TRI]
+    H[j, i] = p[:N_TRI]
+    return torch.from_numpy(H), torch.from_numpy(p[N_TRI:N_TRI + N_PARAMS].copy()), torch.tensor(p[N_TRI + N_PARAMS])
 
 
 def pack(H: torch.Tensor, g: torch.Tensor, stats) -> torch.Tensor:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the sphere rasterizer's CUDA extension (for this GPU, and once more for sm_87 / Jetson
-# Orin to show it compiles there), runs the CUDA tests (render, fused Gauss-Newton pass, normal
-# equations, the map's Adam) and
+# Orin to show it compiles there), runs the CUDA tests (render, fused Gauss-Newton pass and device
+# LM, the map's Adam, the frame kernels) and
 # the benchmarks. Any CUDA machine:
 #   scripts/gpu_check.sh [LOG_DIR]        (default: gpu_check_logs/; $OUT when set)
 # Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
@@ -45,7 +45,7 @@ $PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.get('cuda');
   2>&1 | tee "$LOG/build.txt" || status=1
 echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 
-$PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_gauss_newton_cuda.py tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_normal_equations.py tests/test_adam.py tests/test_frame_downsample.py tests/test_frame_edge_mask.py tests/test_observation_upload.py 2>&1 \
+$PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_gauss_newton_cuda.py tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_frame_downsample.py tests/test_frame_edge_mask.py tests/test_observation_upload.py 2>&1 \
   | tee "$LOG/pytest_cuda.txt" || status=1
 [ -z "$gsplat_pid" ] || wait $gsplat_pid
 [ -z "$sm87_pid" ] || wait $sm87_pid || status=1  # no compiler running during the timings

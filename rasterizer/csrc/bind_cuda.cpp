@@ -1,4 +1,4 @@
-// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu (also the device LM), normal_eq_cuda.cu, adam_cuda.cu, frame_cuda.cu). The same interface as the CPU
+// Python bindings of the CUDA kernels (raster_cuda.cu, gn_cuda.cu (also the device LM), adam_cuda.cu, frame_cuda.cu). The same interface as the CPU
 // module (raster_cpu.cpp, gn_cpu.cpp): the same arguments and results, described in
 // rasterizer/functions.py and rasterizer/gauss_newton.py.
 #include <torch/extension.h>
@@ -36,9 +36,6 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
 
 void lm_phase_cuda(at::Tensor state, int64_t phase, const std::vector<double>& settings);
 
-void robust_normal_equations_cuda(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
-                                  at::Tensor out);
-
 void adam_rows_cuda(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
                     const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
                     double eps);
@@ -54,7 +51,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gauss_newton", &gauss_newton_cuda, "fused Gauss-Newton pass (CUDA)");
   m.def("gauss_newton_lm", &gauss_newton_lm_cuda, "device-LM evaluation at the trial pose (CUDA)");
   m.def("lm_phase", &lm_phase_cuda, "device-LM bookkeeping phase (CUDA)");
-  m.def("robust_normal_equations", &robust_normal_equations_cuda, "robust normal equations (CUDA)");
   m.def("adam_rows", &adam_rows_cuda, "packed-row Adam update (CUDA)");
   m.def("downsample", &downsample_cuda, "image downsampling: mean colour, median valid depth (CUDA)");
   m.def("depth_edge_mask", &depth_edge_mask_cuda, "valid depth away from depth edges (CUDA)");

@@ -340,7 +340,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gauss_newton", &gauss_newton_cpu, "fused Gauss-Newton pass (CPU)");
   m.def("gauss_newton_lm", &gauss_newton_lm_cpu, "device-LM evaluation at the trial pose (CPU)");
   m.def("lm_phase", &lm_phase_cpu, "device-LM bookkeeping phase (CPU)");
-  m.def("robust_normal_equations", &robust_normal_equations_cpu, "robust normal equations (CPU)");
   m.def("adam_rows", &adam_rows_cpu, "packed-row Adam update (CPU)");
   m.def("downsample", &downsample_cpu, "image downsampling: mean colour, median valid depth (CPU)");
   m.def("depth_edge_mask", &depth_edge_mask_cpu, "valid depth away from depth edges (CPU)");

@@ -93,11 +93,6 @@ void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const
                          at::Tensor state, int64_t level, int64_t capacity);
 void lm_phase_cpu(at::Tensor state, int64_t phase, const std::vector<double>& settings);
 
-// The robust normal-equations reduction (normal_eq_cpu.cpp); arguments as in
-// rasterizer/normal_equations.py.
-void robust_normal_equations_cpu(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
-                                 at::Tensor out);
-
 // The packed-row Adam update (adam_cpu.cpp); arguments as in rasterizer/adam.py.
 void adam_rows_cpu(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
                    const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,

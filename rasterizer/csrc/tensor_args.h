@@ -1,5 +1,5 @@
-// Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, normal_eq_cpu.cpp,
-// adam_cpu.cpp, frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, normal_eq_cuda.cu, adam_cuda.cu, frame_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
+// Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, adam_cpu.cpp,
+// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
 // Host only (ATen): the CUDA modules include it in host code of their .cu files.
 #pragma once
 
@@ -11,7 +11,6 @@
 #include "frame_math.h"
 #include "gn_math.h"
 #include "lm_math.h"
-#include "normal_eq_math.h"
 #include "sphere_math.h"
 
 namespace sr {
@@ -124,27 +123,6 @@ inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& se
   TORCH_CHECK(c.attempts >= 1 && c.damping > 0.0 && c.damping_up > 1.0 && c.damping_down > 0.0,
               "LM settings: attempts >= 1, damping > 0, damping_up > 1, damping_down > 0");
   return c;
-}
-
-// The arguments of the normal-equations reduction (rasterizer/normal_equations.py) as both
-// modules take them: J (P, M) float32 with unit column stride, P = 6 or 8; r (M,) and k (C,)
-// contiguous float32; out (ne_values(P),) contiguous float64. Returns P.
-inline int check_normal_equations_args(const at::Tensor& J, const at::Tensor& r, const at::Tensor& k,
-                                       const at::Tensor& out, bool cuda) {
-  for (const at::Tensor* t : {&J, &r, &k, &out})
-    TORCH_CHECK(t->is_cuda() == cuda, cuda ? "CUDA tensors expected" : "CPU tensors expected");
-  TORCH_CHECK(J.scalar_type() == at::kFloat && r.scalar_type() == at::kFloat &&
-                  k.scalar_type() == at::kFloat && out.scalar_type() == at::kDouble,
-              "J, r, k must be float32 and out float64");
-  TORCH_CHECK(J.dim() == 2 && J.stride(1) == 1 && r.is_contiguous() && k.is_contiguous() &&
-                  out.is_contiguous(),
-              "J (P, M) with unit column stride; r (M,), k (C,), out contiguous");
-  const int64_t P = J.size(0);
-  TORCH_CHECK(P == 6 || P == 8, "J must have 6 or 8 rows");
-  TORCH_CHECK(r.numel() == J.size(1) && k.numel() > 0,
-              "r must have M = J.size(1) elements and k at least one");
-  TORCH_CHECK(out.numel() == ne_values((int)P), "out must have P(P+1)/2 + P + 1 elements");
-  return (int)P;
 }
 
 // The packed-row Adam update: params, exp_avg, exp_avg_sq, grad (N, kAdamCols), steps (N,),
