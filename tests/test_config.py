@@ -136,6 +136,12 @@ def test_a_removed_key_says_it_was_removed_and_why(tmp_path, key, value):
         load_config(old)
 
 
+def test_a_renamed_key_names_its_new_name():
+    with pytest.raises(ConfigError, match=r"'reinit\.search_first_interval_s' was removed: renamed "
+                                          r"system\.slow_stream_interval_s"):
+        load_config("default.yaml", overrides=["reinit.search_first_interval_s=0.2"])
+
+
 def test_exponent_without_dot_is_a_number(tmp_path):
     # YAML 1.1 (PyYAML) reads 3e-4 as the string '3e-4'; float keys accept it.
     cfg = load_config("default.yaml", overrides=["tracking.converged_step=3e-4"])

@@ -37,6 +37,8 @@ REMOVED_KEYS = {
     "tracking.analytic_iters": _RENDER_ORACLE,
     "tracking.fd_rot": _RENDER_ORACLE,
     "tracking.fd_trans": _RENDER_ORACLE,
+    "reinit.search_first_interval_s": "renamed system.slow_stream_interval_s (one notion of a slow stream for "
+                                      "the re-initialiser and the threaded runner); set that key instead",
 }
 
 
