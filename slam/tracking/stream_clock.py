@@ -39,7 +39,8 @@ class StreamClock:
             if dt > 0:
                 self._intervals.append(dt)
         self._last_stamp = timestamp
-        self.slow = self.usual_interval() is not None and self.usual_interval() > self.slow_interval_s
+        usual = self.usual_interval()
+        self.slow = usual is not None and usual > self.slow_interval_s
         return gap
 
     def usual_interval(self) -> Optional[float]:
