@@ -12,7 +12,7 @@ import pytest
 
 from grid_truth import iou_against_truth
 from slam.config import ConfigError, load_config
-from slam.grid.builder import GridBuilder
+from slam.grid.builder import GridBuilder, pose_change
 from slam.grid.export import load_map_yaml, read_pgm, write_grid_png, write_map_files
 from slam.grid.floor import FloorFrame, estimate_floor, floor_from_camera
 from slam.grid.occupancy import GridCounts
@@ -154,6 +154,22 @@ def test_a_moved_keyframe_is_integrated_again_at_its_new_pose():
     assert b.origin_cell == a.origin_cell
     np.testing.assert_array_equal(b.occupancy, a.occupancy)
     assert moved.error is None and moved.stats()["integrated"] == len(kfs)
+
+
+def test_pose_change_is_zero_for_a_pose_and_its_copy_also_when_not_quite_orthonormal():
+    # 7-Scenes' ground truth is printed to a few digits: its rotations are orthonormal to ~1e-4,
+    # where acos((trace - 1) / 2) read a pose and its own copy as 1.1 deg apart.
+    c, s = math.cos(0.3), math.sin(0.3)
+    T = np.eye(4)
+    T[:3, :3] = np.round(np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]), 3) * 0.9998
+    T[:3, 3] = [0.1, 0.2, 0.3]
+    assert pose_change(T, T.copy()) == (0.0, 0.0)
+    T2 = T.copy()
+    a = math.radians(10.0)
+    T2[:3, :3] = T[:3, :3] @ np.array([[1.0, 0.0, 0.0], [0.0, math.cos(a), -math.sin(a)], [0.0, math.sin(a), math.cos(a)]])
+    T2[:3, 3] += [0.03, 0.0, 0.04]
+    dt, deg = pose_change(T, T2)
+    assert dt == pytest.approx(0.05) and deg == pytest.approx(10.0, abs=0.05)
 
 
 def test_builder_on_the_sample_with_true_poses_matches_the_floor_plan(tmp_path):

@@ -32,6 +32,7 @@ CONE_DEG = 45.0                        # normals this close to the first guess m
 CANDIDATES = 400                       # candidate directions tried (an even subset of those)
 DENSITY_DEG = 5.0                      # a candidate's support: normals within this angle
 MAX_NORMALS = 20000                    # normals used (an even subset)
+SUPPORT_BLOCK = 25                     # candidates scored per block (25 x 20000 float32: 2 MB)
 HORIZONTAL_DEG = 10.0                  # a point's normal this close to up: a horizontal surface
 BIN_M = 0.02                           # height histogram bin
 MIN_SHARE = 0.05                       # a floor pile: at least this share of the largest pile
@@ -109,7 +110,12 @@ def _dominant_up(normals: np.ndarray, guess: np.ndarray) -> Optional[np.ndarray]
     n = n[:: max(1, len(n) // MAX_NORMALS)]
     cand = n[:: max(1, len(n) // CANDIDATES)]
     near = math.cos(math.radians(DENSITY_DEG))
-    up = cand[int(np.argmax((cand @ n.T > near).sum(axis=1)))]
+    # Each candidate's support, a block of candidates at a time: all 400 at once held a (400,
+    # 20000) product (64 MB) and raised a run's peak memory by that much.
+    n32 = n.astype(np.float32)
+    support = np.concatenate([(c @ n32.T > near).sum(axis=1)
+                              for c in np.array_split(cand.astype(np.float32), max(1, len(cand) // SUPPORT_BLOCK))])
+    up = cand[int(np.argmax(support))]
     for _ in range(2):
         sel = n @ up > near
         m = n[sel].mean(axis=0)
