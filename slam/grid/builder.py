@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from slam.config import GridConfig
+from slam.geometry import rotation_angle
 from slam.grid.floor import FloorFrame, estimate_floor, floor_from_camera
 from slam.grid.occupancy import GridCounts, GridSnapshot
 from slam.grid.raycast import Contribution, cast
@@ -40,14 +41,10 @@ log = logging.getLogger("slam.grid")
 
 def pose_change(T_a: np.ndarray, T_b: np.ndarray) -> tuple[float, float]:
     """(metres, degrees) between two (4, 4) poses."""
+    # rotation_angle, not acos of the trace: a 7-Scenes ground-truth pose and its own copy read
+    # 1.1 deg apart that way, and every keyframe was integrated again at every update.
     dt = float(np.linalg.norm(T_a[:3, 3] - T_b[:3, 3]))
-    R = T_a[:3, :3].T @ T_b[:3, :3]
-    # atan2 of the rotation's sine and cosine: exactly 0 for equal rotations, also where they are
-    # not quite orthonormal (acos of the cosine alone gave 1.1 deg for a pose and its own copy on
-    # 7-Scenes' ground truth, and every keyframe was integrated again at every update).
-    s = 0.5 * math.sqrt((R[2, 1] - R[1, 2]) ** 2 + (R[0, 2] - R[2, 0]) ** 2 + (R[1, 0] - R[0, 1]) ** 2)
-    c = 0.5 * (float(np.trace(R)) - 1.0)
-    return dt, math.degrees(math.atan2(s, c))
+    return dt, math.degrees(rotation_angle(T_a[:3, :3].T @ T_b[:3, :3]))
 
 
 class GridBuilder:
