@@ -232,6 +232,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.first: must be >= 0, got {cfg.data.first}")
     if cfg.data.last is not None and cfg.data.last <= cfg.data.first:
         raise ConfigError(f"data.last: must be > data.first ({cfg.data.first}), got {cfg.data.last}")
+    if not 0.0 <= cfg.data.rolling_shutter_s < 1.0:
+        raise ConfigError(f"data.rolling_shutter_s: the readout in seconds, in [0, 1), got {cfg.data.rolling_shutter_s}")
     if cfg.data.intrinsics is not None and len(cfg.data.intrinsics) != 4:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:

@@ -23,6 +23,9 @@ class DataConfig:
     intrinsics: Optional[List[float]] = None   # [fx, fy, cx, cy] override (required for replica)
     distortion: Optional[List[float]] = None   # OpenCV k1 k2 p1 p2 [k3] override
     depth_scale: Optional[float] = None        # raw depth units per metre override
+    rolling_shutter_s: float = 0.0  # s, the sensor's readout from the first row to the last (0: global
+                                    # shutter); the tracker then resamples each frame into its middle
+                                    # row's camera from the recent turn rate (slam/tracking/rolling_shutter.py)
     # Unregistered colour (7-Scenes, raw Kinect v1): the colour camera's [fx, fy, cx, cy] and the
     # depth-to-colour translation [tx, ty, tz] (m); colour is resampled into the depth camera.
     # slam_color_registration estimates both from the data.

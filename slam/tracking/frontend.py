@@ -32,6 +32,7 @@ from slam.tracking.lost import LostPolicy
 from slam.tracking.reinit import Distrust, Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
 from slam.tracking.result import TrackResult
+from slam.tracking.rolling_shutter import body_rate, unroll
 from slam.tracking.stream_clock import StreamClock
 from slam.tracking.tracker import Tracker
 
@@ -53,6 +54,7 @@ class TrackingFrontend:
         self.policy = LostPolicy(cfg.relocalise.after_failures, cfg.relocalise.max_skip)
         self.reinit = Reinitialiser(cfg.reinit)
         self.clock = StreamClock(cfg.reinit.gap_factor, cfg.system.slow_stream_interval_s)
+        self.readout_s = cfg.data.rolling_shutter_s
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
         self.attempts = BackgroundAttempts(cfg.system.threaded)
@@ -106,6 +108,17 @@ class TrackingFrontend:
         relocalisation is verified."""
         self.saved_map = self._relocaliser(keyframes)
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
+
+    def unrolled(self, obs: Observation) -> Observation:
+        """``obs`` resampled into its middle row's camera (``data.rolling_shutter_s`` > 0), turned
+        back at the rate of the tracker's last good motion (``slam.tracking.rolling_shutter``);
+        as it is without that rate (the first frames, after a relocalisation) or a readout."""
+        if self.readout_s <= 0:
+            return obs
+        t = self.tracker
+        dt = None if None in (t.prev_t, t.prev2_t) else t.prev_t - t.prev2_t
+        omega = body_rate(t.prev2, t.prev, dt)
+        return obs if omega is None else unroll(obs, omega, self.readout_s)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
                 gt_pose: Optional[np.ndarray] = None) -> TrackResult:

@@ -1,0 +1,81 @@
+"""Rolling-shutter unrolling (slam/tracking/rolling_shutter.py): a frame rendered row by row from a
+turning camera, unrolled, matches the frame a global shutter takes at the middle row's time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slam.config import ConfigError, load_config
+from slam.geometry import so3_exp
+from slam.observation import Observation
+from slam.tracking.rolling_shutter import body_rate, row_times, unroll
+
+H, W = 120, 160
+K = np.array([[130.0, 0.0, 80.0], [0.0, 130.0, 60.0], [0.0, 0.0, 1.0]])
+PLANE_Z = 2.0                        # a wall 2 m in front of the middle row's camera
+
+
+def texture(d: np.ndarray) -> np.ndarray:
+    """Colour of the wall point hit by middle-row-camera rays d (..., 3): smooth stripes."""
+    p = PLANE_Z * d[..., :2] / d[..., 2:3]
+    return np.stack([0.5 + 0.4 * np.sin(9 * p[..., 0]), 0.5 + 0.4 * np.cos(7 * p[..., 1]),
+                     0.5 + 0.2 * np.sin(5 * (p[..., 0] + p[..., 1]))], -1)
+
+
+def frame(omega: np.ndarray, readout: float) -> tuple[np.ndarray, np.ndarray]:
+    """Colour (H, W, 3) and depth (H, W) of the wall, row v taken at tau(v) (camera turned by
+    exp(omega tau) from the middle row's orientation)."""
+    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
+    rays = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], -1)
+    tau = row_times(H, readout, torch.arange(H, dtype=torch.float64)).numpy()
+    color, depth = np.zeros((H, W, 3)), np.zeros((H, W))
+    for r in range(H):
+        R = so3_exp(omega * tau[r])                        # row camera -> middle-row camera
+        d_mid = rays[r] @ R.T
+        color[r] = texture(d_mid)
+        X_mid = PLANE_Z * d_mid / d_mid[:, 2:3]
+        depth[r] = (X_mid @ R)[:, 2]                       # the point in the row's camera: its z
+    return color, depth
+
+
+def as_obs(color: np.ndarray, depth: np.ndarray) -> Observation:
+    return Observation(torch.tensor(color, dtype=torch.float32), torch.tensor(depth, dtype=torch.float32),
+                       torch.tensor(K, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("omega", [np.radians([60.0, 0.0, 0.0]), np.radians([0.0, 60.0, 0.0]),
+                                   np.radians([35.0, -40.0, 25.0])])
+def test_unrolled_frame_matches_the_global_shutter_frame(omega):
+    readout = 0.03
+    still_color, still_depth = frame(omega, 0.0)
+    rolled = as_obs(*frame(omega, readout))
+    out = unroll(rolled, omega, readout)
+    inner = (slice(6, H - 6), slice(6, W - 6))              # rows and columns that stay inside
+    err_before = np.abs(rolled.color.numpy() - still_color)[inner].mean()
+    err_after = np.abs(out.color.numpy() - still_color)[inner].mean()
+    assert err_after < 0.2 * err_before and err_after < 0.01
+    depth = out.depth.numpy()[inner]
+    assert (depth > 0).all()
+    assert np.abs(depth - still_depth[inner]).max() < 2e-3     # metres, the wall at 2 m
+    assert np.abs(rolled.depth.numpy()[inner] - still_depth[inner]).max() > 5e-3
+
+
+def test_no_turn_or_no_readout_leaves_the_frame_as_it_is():
+    obs = as_obs(*frame(np.zeros(3), 0.0))
+    assert unroll(obs, np.zeros(3), 0.03) is obs
+    assert unroll(obs, np.radians([50.0, 0.0, 0.0]), 0.0) is obs
+
+
+def test_body_rate_from_two_poses():
+    T0, T1 = np.eye(4), np.eye(4)
+    T0[:3, :3] = so3_exp(np.array([0.3, -0.2, 0.1]))
+    w = np.radians([20.0, -50.0, 10.0])
+    T1[:3, :3] = T0[:3, :3] @ so3_exp(w / 30.0)
+    assert np.allclose(body_rate(T0, T1, 1 / 30.0), w, atol=1e-9)
+    assert body_rate(None, T1, 1 / 30.0) is None and body_rate(T0, T1, 0.0) is None
+
+
+def test_readout_is_checked():
+    with pytest.raises(ConfigError, match="rolling_shutter_s"):
+        load_config("default.yaml", ["data.rolling_shutter_s=-0.01"])
