@@ -6,18 +6,21 @@
 #   2. the whole-system profile of the same sequence (slam_profile --mapping-keyframes 10)
 #   3. slam_jetson_projection --check: the Jetsons' tables, then the system FPS predicted for this
 #      machine against the runs' median and the ratio (exit 1 beyond 15 %)
-# Usage: scripts/system_projection_check.sh DATA_DIR [OUT_DIR]   (default OUT_DIR: $OUT, else system_check/)
+# Usage: scripts/system_projection_check.sh DATA_DIR [OUT_DIR [extra --set overrides for every run...]]
+#   (default OUT_DIR: $OUT, else system_check/); PROFILE_ARGS replaces the profile's frame counts.
 # DATA_DIR: 7-Scenes redkitchen frames 0-499. Run from a checkout or an export, PYTHONPATH at it (or
 # installed). ~2 min on an H200 once the CUDA kernels are built: a new folder compiles them first
 # (step 0, minutes, cached for the next call).
 set -uo pipefail
-DATA=${1:?usage: system_projection_check.sh DATA_DIR [OUT_DIR]}
+DATA=${1:?usage: system_projection_check.sh DATA_DIR [OUT_DIR [KEY=VALUE ...]]}
 LOG=${2:-${OUT:-system_check}}
+shift $(( $# < 2 ? $# : 2 ))
 RUNS=${RUNS:-3}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 mkdir -p "$LOG"
 SETS=(--config 7scenes.yaml --set "data.path=$DATA")
+for o in "$@"; do SETS+=(--set "$o"); done
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 
 start=$(date +%s)
@@ -38,7 +41,8 @@ for i in $(seq "$RUNS"); do
 done
 
 start=$(date +%s)
-if ! $PY -m slam.tools.profile_tracking "${SETS[@]}" --map-frames 150 --frames 30 --mapping-keyframes 10 \
+# shellcheck disable=SC2086  # PROFILE_ARGS: several words
+if ! $PY -m slam.tools.profile_tracking "${SETS[@]}" ${PROFILE_ARGS:---map-frames 150 --frames 30 --mapping-keyframes 10} \
     --rows 0 --json "$LOG/profile.json" > "$LOG/profile.txt" 2>&1; then
   echo "profile failed ($LOG/profile.txt):"; tail -n 15 "$LOG/profile.txt"; exit 2
 fi
