@@ -49,7 +49,7 @@ def test_every_console_command_imports_and_the_tools_answer_help(capsys):
 
 
 def test_scripts_hold_shell_only_and_nothing_edits_sys_path():
-    assert sorted(p.suffix for p in (REPO / "scripts").iterdir()) == [".py"] + [".sh"] * 8   # resolve_aarch64.py
+    assert sorted(p.suffix for p in (REPO / "scripts").iterdir()) == [".py"] + [".sh"] * 9   # resolve_aarch64.py
     for folder in ("slam/tools", "slam/data/synthetic", "rasterizer/bench"):
         for path in (REPO / folder).glob("*.py"):
             assert "sys.path" not in path.read_text(), path
@@ -69,19 +69,31 @@ def test_measure_samples_the_peak_memory_of_a_child():
 
 
 def test_profile_of_the_sample_projects_to_jetsons(tmp_path, capsys):
+    """Tracking and mapping profiled on the CPU (no GPU time there: the host figures, the keyframe
+    rate, the loop and grid parts), projected as the tracker alone and as the whole system."""
     from slam.tools import jetson_projection, profile_tracking
 
     out = tmp_path / "profile.json"
-    assert profile_tracking.main(["--map-frames", "3", "--frames", "2", "--rows", "3", "--json", str(out),
-                                  "--set", "mapping.final_iters=0", "--set", "system.device=cpu"]) == 0
+    assert profile_tracking.main(["--map-frames", "3", "--frames", "2", "--rows", "3", "--mapping-keyframes", "1",
+                                  "--json", str(out), "--set", "mapping.final_iters=0", "--set", "mapping.iters=2",
+                                  "--set", "system.device=cpu"]) == 0
     printed = capsys.readouterr().out
-    assert "ms/frame" in printed and "under the profiler" in printed
+    assert "ms/frame" in printed and "under the profiler" in printed and "ms/keyframe without the profiler" in printed
     profile = json.loads(out.read_text())
-    assert profile["wall_ms"] > 0 and profile["renders"] > 0 and profile["host_ms"] > 0
+    tracking, mapping = profile["tracking"], profile["mapping"]
+    assert tracking["wall_ms"] > 0 and tracking["renders"] > 0 and tracking["host_ms"] > 0
+    assert tracking["thread_cpu_ms"] > 0
+    assert mapping["wall_ms"] > 0 and mapping["host_ms"] > 0 and mapping["count"] == 1 and mapping["timed"] == 1
+    assert mapping["gpu_ms"] == 0 and mapping["launches"] == 0 and mapping["spheres"] > 0      # the CPU path
+    assert 0 < profile["keyframe_rate"] <= 1 and profile["rate_keyframes"] >= 3 and profile["start_ms"] > 0
+    assert profile["grid"]["cpu_ms"] >= 0 and profile["grid"]["keyframes"] >= 3
+    from slam.loop.pose_graph import gtsam_available
+    if gtsam_available():
+        assert profile["loop"]["cpu_ms"] >= 0 and profile["loop"]["count"] == 1
     assert jetson_projection.main([str(out), "--reference", "h200"]) == 0
     table = capsys.readouterr().out
-    assert all(m.name in table for k, m in jetson_projection.MACHINES.items() if k != "h200")
-    assert "tracking FPS" in table
+    assert all(m.name in table for m in jetson_projection.MACHINES.values())
+    assert "tracking FPS" in table and "system FPS" in table
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads /proc (Linux)")

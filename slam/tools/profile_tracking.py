@@ -2,10 +2,19 @@
 mode), then track the next frames against that frozen map under torch.profiler and print the
 wall time per frame, the renders per frame and the top operators by host and device time.
 ``--json FILE`` also writes the profile that ``slam_jetson_projection`` projects to Jetsons:
-wall, host and GPU ms per frame, kernel launches per frame and GPU ms per kernel class.
+``{"tracking": {...}}`` with wall, host and GPU ms per frame, kernel launches per frame and GPU
+ms per kernel class.
+
+``--mapping-keyframes K`` then runs the system on from where the map stopped (sequential, as
+``system.threaded: false`` does) until 2K more keyframes are mapped: every other keyframe's
+mapping, and its loop step, under torch.profiler, the others timed without it. The JSON gains
+``mapping`` (the same figures per keyframe, ``wall_ms`` the un-profiled mapper's ms),
+``keyframe_rate`` (keyframes per tracked frame over every frame the profile's system tracked),
+``loop`` (thread CPU and wall ms per keyframe, GPU figures from the profiled steps) and ``grid``
+(the grid's CPU ms per keyframe): what the whole-system projection needs.
 
     slam_profile --config 7scenes.yaml --map-frames 60 --frames 20 \
-        --set data.path=/path/to/7scenes-redkitchen-0000-0499
+        --set data.path=/path/to/7scenes-redkitchen-0000-0499 [--mapping-keyframes 10]
 """
 from __future__ import annotations
 
@@ -14,7 +23,9 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
 
 from slam.config import load_config
@@ -49,7 +60,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--map-frames", type=int, default=60, help="frames mapped before profiling")
     ap.add_argument("--frames", type=int, default=20, help="frames tracked under the profiler")
-    ap.add_argument("--rows", type=int, default=25, help="operators listed")
+    ap.add_argument("--rows", type=int, default=25, help="operators listed (0: none)")
+    ap.add_argument("--mapping-keyframes", type=int, default=0, metavar="K",
+                    help="then map 2K more keyframes, K of them under the profiler (the whole-system profile)")
     ap.add_argument("--json", default=None, help="write the profile summary (for slam_jetson_projection)")
     args = ap.parse_args(argv)
 
@@ -91,21 +104,133 @@ def main(argv=None) -> int:
     with torch.profiler.profile(activities=acts) as prof:
         ms = timed()
     print(f"under the profiler: {ms:.1f} ms/frame")
-    if args.json:
-        summary = profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")
-        summary.update(config=args.config, overrides=args.set, machine=machine_name(system.device))
-        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"profile summary written to {args.json}")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
-    if system.device.type == "cuda":
+    summary = {"machine": machine_name(system.device), "config": args.config, "overrides": args.set,
+               "tracking": profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")}
+    if args.rows > 0:
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    if args.rows > 0 and system.device.type == "cuda":
         try:
             print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.rows))
         except (KeyError, AttributeError, RuntimeError):  # older torch names it cuda_time
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.rows))
+    if args.mapping_keyframes > 0:
+        more = map_further(args.config, args.set, system, first + args.map_frames, args.mapping_keyframes)
+        summary["tracking"]["thread_cpu_ms"] = more.pop("tracking_thread_cpu_ms")
+        summary.update(more)
+        print_system_parts(summary)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"profile summary written to {args.json}")
     return 0
 
 
-# Kernel classes of the projection: what bounds each on a smaller GPU (slam.tools.jetson_projection).
+def profiled(fn: Callable[[], object], cuda: bool) -> dict:
+    """``fn()`` once under torch.profiler (the GPU drained before and inside): ``summarise``'s
+    figures for that one call (host ms, waits, GPU ms by kernel class, launches)."""
+    from slam.runtime.profiling import summarise
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with torch.profiler.profile(activities=acts) as prof:
+        fn()
+        sync()
+    return summarise(prof, 1, kernel_class if cuda else None)
+
+
+def average(summaries: list) -> dict:
+    """The mean of ``profiled`` figures over several calls; ``count``: how many."""
+    out = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0] if k not in ("frames", "gpu_ms_by_class")}
+    if any("gpu_ms_by_class" in s for s in summaries):
+        classes = sorted({c for s in summaries for c in s.get("gpu_ms_by_class", {})})
+        out["gpu_ms_by_class"] = {c: float(np.mean([s.get("gpu_ms_by_class", {}).get(c, 0.0) for s in summaries]))
+                                  for c in classes}
+    out["count"] = len(summaries)
+    return out
+
+
+def map_further(config: str, overrides: list, system, start: int, keyframes: int) -> dict:
+    """Runs ``system`` on from frame ``start`` (absolute) as the sequential runner does (track;
+    map the keyframe; its loop step) until ``2 * keyframes`` more keyframes are mapped or the
+    sequence ends. Keyframes alternate: timed without the profiler (the mapper's own ms, the loop
+    step's thread CPU and wall ms), then under it (``profiled``: mapping and loop step apart).
+    -> ``mapping`` (per keyframe; ``wall_ms``: un-profiled), ``keyframe_rate`` (keyframes per
+    tracked frame over every frame ``system`` tracked), ``start_ms`` (its first frame's tracking
+    and first keyframe's mapping ms), ``loop`` (None without a loop stage),
+    ``grid`` (None without the grid), the tracking thread's CPU ms per frame here
+    (``tracking_thread_cpu_ms``: the whole ``track_frame``)."""
+    cuda = system.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    more = load_config(config, [*overrides, f"data.first={start}"])
+    timed_ms: list = []
+    loop_cpu: list = []
+    loop_wall: list = []
+    mapping_prof: list = []
+    loop_prof: list = []
+    cpu_per_frame: list = []
+    for frame in open_source(more.data):
+        if len(mapping_prof) >= keyframes:
+            break
+        rec, kf = system.track_frame(frame)
+        cpu_per_frame.append(rec.host_ms)
+        if kf is None:
+            continue
+        timed = len(timed_ms) <= len(mapping_prof)
+        sync()
+        if timed:
+            system.map_keyframe(kf)
+            timed_ms.append(system.recorder.mapping[-1].ms)   # the mapper's own ms, as metrics.json's stage_ms
+        else:
+            mapping_prof.append(profiled(lambda: system.map_keyframe(kf), cuda))
+        message = system.loop_message(kf)
+        if message is None:
+            continue
+        if timed:
+            sync()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            system.loop_step(message)
+            sync()
+            loop_wall.append((time.perf_counter() - t0) * 1e3)
+            loop_cpu.append((time.thread_time() - c0) * 1e3)
+        else:
+            loop_prof.append(profiled(lambda: system.loop_step(message), cuda))
+    if not mapping_prof:
+        raise SystemExit(f"slam_profile: no keyframe to profile after frame {start}: the sequence ended")
+    records = system.recorder.frames
+    mapping = average(mapping_prof)
+    mapping.update(wall_ms=float(np.mean(timed_ms)), timed=len(timed_ms), spheres=int(system.smap.n))
+    # A threaded run's start: its tracker waits for the first keyframe to be mapped (kernel loading,
+    # first allocations) before it goes on; this system's own first frame and keyframe.
+    start_ms = records[0].track_ms + system.recorder.mapping[0].ms
+    out = {"mapping": mapping, "keyframe_rate": sum(r.keyframe for r in records) / len(records), "start_ms": start_ms,
+           "rate_frames": len(records), "rate_keyframes": sum(r.keyframe for r in records),
+           "tracking_thread_cpu_ms": float(np.nanmean(cpu_per_frame)), "loop": None, "grid": None}
+    if loop_prof:
+        loop = average(loop_prof)
+        loop.update(cpu_ms=float(np.mean(loop_cpu)) if loop_cpu else None,
+                    wall_ms=float(np.mean(loop_wall)) if loop_wall else None, timed=len(loop_cpu))
+        out["loop"] = loop
+    if system.grid is not None:
+        stats = system.grid.stats()
+        out["grid"] = {"cpu_ms": stats["cpu_ms_per_keyframe_mean"], "keyframes": stats["keyframes"]}
+    return out
+
+
+def print_system_parts(summary: dict) -> None:
+    """The mapping, loop and grid parts of a whole-system profile, one line each."""
+    m, loop, grid = summary["mapping"], summary.get("loop"), summary.get("grid")
+    print(f"mapping: {m['wall_ms']:.1f} ms/keyframe without the profiler ({m['timed']} keyframes); under it "
+          f"({m['count']}): host {m['host_ms']:.1f} ms, GPU {m['gpu_ms']:.1f} ms, {m['launches']:.0f} GPU operations, "
+          f"{m['host_waits']:.1f} host waits; {m['spheres']:,} spheres")
+    print(f"keyframes: {summary['keyframe_rate']:.3f} per frame ({summary['rate_keyframes']} of "
+          f"{summary['rate_frames']} tracked); tracking thread {summary['tracking']['thread_cpu_ms']:.2f} ms CPU/frame")
+    if loop is not None:
+        cpu = "n/a" if loop["cpu_ms"] is None else f"{loop['cpu_ms']:.1f}"
+        print(f"loop step: {cpu} ms CPU/keyframe, GPU {loop['gpu_ms']:.2f} ms")
+    if grid is not None:
+        print(f"grid: {grid['cpu_ms']:.1f} ms CPU/keyframe ({grid['keyframes']} keyframes)")
+
+
+# Kernel classes of the projection: what bounds each on a smaller GPU (slam.tools.jetson_model).
 KERNEL_CLASSES = (("raster", ("sphere", "tile", "raster", "gauss_newton", "gn_")),   # our kernels: compute
                   ("sort", ("radix", "cub", "sort", "scan")),                         # memory
                   ("gemm", ("gemm", "gemv", "cublas", "cutlass")),                    # compute

@@ -1,0 +1,167 @@
+"""The model of ``slam_jetson_projection`` (``slam.tools.jetson_projection``: the tables): a
+profile measured on one machine projected to NVIDIA Jetsons from published specs, the tracker
+alone and, from a whole-system profile, the system (tracking, mapping and loop threads sharing one
+GPU). Input: the JSON of ``slam_profile --json``: ``tracking`` (per tracked frame: host ms, GPU ms
+by kernel class, kernel launches, host waits, wall ms) and, made with ``--mapping-keyframes``,
+``mapping`` (the same per keyframe), ``keyframe_rate``, ``loop`` and ``grid``. A profile of the
+older layout (the tracking figures at the top level) projects the tracker alone.
+
+The tracker alone (the model, stated so it can be checked):
+
+- Host work (Python, PyTorch dispatch, kernel launches, the 8x8 solve) scales with single-thread
+  CPU speed: ``host_ms * cpu_ratio``. ``cpu_ratio`` is the measured machine's core against the
+  Jetson's (clock x a per-clock factor: Cortex-A78AE ~ 0.55 of a recent x86 server core per
+  clock, Carmel ~ 0.45; SPECint-style estimates, the weakest link of the model).
+- GPU work scales per kernel class with what bounds it: our rasterizer and GEMM kernels with
+  FP32 throughput (SMs x FP32 lanes per SM x clock); sorting, copies and element-wise kernels with
+  memory bandwidth.
+- A frame takes between max(host, GPU) (host and GPU fully overlap) and host + GPU (every LM
+  iteration waits for the GPU). Which applies is measured: the profile's ``host_waits`` per frame
+  (synchronise calls and reads into pageable memory). With fewer than two (the tracker's device
+  LM: the host queues the whole frame, then reads the result back once) the host's work overlaps
+  the GPU's and FPS comes from the lower bound; with more, or in a profile without the figure,
+  from the upper one. ``host_ms`` is the host's own work: the profile leaves its waits out.
+
+The whole system, per input frame; r = keyframes per input frame (``keyframe_rate``: over every
+frame the profile's own sequential run tracked; the sequence and the keyframe rules set it, not
+the machine, and the profile stays one file from one machine):
+
+- A thread's host work h is its un-profiled wall time less its GPU time (the tracker's: or its
+  thread CPU time a frame in the profile's run, if larger) times ``cpu_ratio``: the profiler's
+  operator time leaves the interpreter out and is inflated by the profiler. GPU ms g as above.
+- The mapper per keyframe: T_m = h_m + g_m (it waits for the GPU at every render's pair count);
+  max(h_m, g_m) with fewer than two waits a keyframe.
+- One GPU: the threads' kernels take turns, G = g_t + r (g_m + g_loop).
+- One interpreter lock: the tracking and mapping threads have cores of their own, but one runs
+  Python at a time. PyTorch's operators release the lock; the interpreter and the rasterizer's
+  bindings hold it, the render's wait for its pair count included: L = h_t + r T_m counts the
+  whole keyframe (r h_m for a mapper with under two waits), an upper bound on the mapper's share.
+- The tracker waits for the mapper when it is ``system.max_unmapped_keyframes`` ahead, the mapper
+  for keyframes: in steady state the slowest sets the pace, frame = max(t_t, L, G); system FPS =
+  1000 / frame; the binding term is printed. t_t = h_t + g_t, or the larger with fewer than two
+  waits a frame (the tracker alone above, from h_t: the same on a GPU-bound tracker).
+- Loop and grid threads never hold the pipeline up (the mapper offers them keyframes, never
+  waits: a busy loop stage skips keyframes, the grid takes what queued at once); their load is
+  r (CPU ms * cpu_ratio + GPU ms) / frame, above 1 they fall behind. Their heavy calls (numpy,
+  OpenCV, gtsam) release the lock: left out of L, as is the caller's thread (reading, uploads).
+- Sequential (``system.threaded: false``: nothing overlaps): t_t + r (T_m + loop + grid).
+- Not modelled: the lock's hand-over latency; a thread's waits lengthened by the other's kernels
+  (its path counts its own GPU time, G the sum). On the H200 the mapper once took 88-99 ms per
+  keyframe alone and 120 in the running system (``git show c162018:docs/benchmarks.md``, calls I
+  and J); ``--check`` shows that gap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Published figures: FP32 lanes in all (SMs x lanes per SM), boost GPU clock (GHz), memory
+    bandwidth (GB/s), CPU core clock (GHz) and per-clock factor relative to a recent x86 server core."""
+
+    name: str
+    fp32_lanes: int
+    gpu_ghz: float
+    bandwidth_gbs: float
+    cpu_ghz: float
+    cpu_per_clock: float
+
+    @property
+    def fp32_tflops(self) -> float:
+        return 2 * self.fp32_lanes * self.gpu_ghz / 1e3
+
+
+MACHINES = {
+    # NVIDIA H200 SXM: 132 SMs x 128 FP32 lanes, 1.98 GHz, HBM3e 4.8 TB/s; host: x86 server core
+    # ~3.5 GHz boost (the device machine's, taken as the per-clock reference 1.0).
+    "h200": Machine("NVIDIA H200 (SXM)", 132 * 128, 1.98, 4800.0, 3.5, 1.0),
+    # Jetson AGX Orin 64 GB: 2048 CUDA cores (16 SMs), 1.3 GHz, LPDDR5 204.8 GB/s, 12x Cortex-A78AE 2.2 GHz.
+    "orin_agx": Machine("Jetson AGX Orin 64GB", 2048, 1.3, 204.8, 2.2, 0.55),
+    # Jetson Orin NX 16 GB: 1024 CUDA cores (8 SMs), 0.918 GHz, 102.4 GB/s, 8x A78AE 2.0 GHz.
+    "orin_nx": Machine("Jetson Orin NX 16GB", 1024, 0.918, 102.4, 2.0, 0.55),
+    # Jetson Orin Nano 8 GB: 1024 CUDA cores (8 SMs), 0.625 GHz, 68 GB/s, 6x A78AE 1.5 GHz
+    # (JetPack 6.2 "super" mode: 1.02 GHz, 102 GB/s, 1.7 GHz: pass --nano-super).
+    "orin_nano": Machine("Jetson Orin Nano 8GB", 1024, 0.625, 68.0, 1.5, 0.55),
+    # Jetson Xavier NX: 384 CUDA cores (6 Volta SMs), 1.1 GHz, 59.7 GB/s, 6x Carmel 1.9 GHz.
+    "xavier_nx": Machine("Jetson Xavier NX", 384, 1.1, 59.7, 1.9, 0.45),
+}
+NANO_SUPER = Machine("Jetson Orin Nano 8GB (super)", 1024, 1.02, 102.0, 1.7, 0.55)
+COMPUTE_BOUND = {"raster", "gemm"}   # everything else (sort, copy, elementwise) is memory bound
+SERIAL_WAITS = 2.0   # host waits per frame (keyframe) from which host and GPU take turns
+
+
+def ratios(ref: Machine, target: Machine) -> tuple[float, float, float]:
+    """How many times slower ``target`` is than ``ref``: (CPU core, FP32 throughput, bandwidth)."""
+    return ((ref.cpu_ghz * ref.cpu_per_clock) / (target.cpu_ghz * target.cpu_per_clock),
+            ref.fp32_tflops / target.fp32_tflops, ref.bandwidth_gbs / target.bandwidth_gbs)
+
+
+def gpu_ms(part: dict, compute_ratio: float, bw_ratio: float) -> float:
+    """A part's GPU ms per frame (keyframe) on the target: each kernel class scaled by what bounds it."""
+    return sum(ms * (compute_ratio if cls in COMPUTE_BOUND else bw_ratio)
+               for cls, ms in part.get("gpu_ms_by_class", {}).items())
+
+
+def serial(part: dict) -> bool:
+    """Host and GPU take turns: two host waits or more per unit, or the figure missing."""
+    return part.get("host_waits", float("inf")) >= SERIAL_WAITS
+
+
+def tracking_part(profile: dict) -> dict:
+    """The tracking figures: ``profile["tracking"]``, or the profile itself (the older layout)."""
+    return profile.get("tracking", profile)
+
+
+def host_work(part: dict) -> float:
+    """A thread's own host ms per unit on the profiled machine, the interpreter included: the
+    un-profiled wall ms less the GPU ms, or the thread CPU ms if larger; without a wall time the
+    profiler's host ms."""
+    if "wall_ms" not in part:
+        return part["host_ms"]
+    return max(part["wall_ms"] - part.get("gpu_ms", 0.0), part.get("thread_cpu_ms") or 0.0, 0.0)
+
+
+def project(profile: dict, ref: Machine, target: Machine) -> dict:
+    """The tracker alone on ``target``: host, GPU and frame ms per frame (lower and upper bound,
+    ``frame_ms`` the one that applies) and FPS."""
+    part = tracking_part(profile)
+    cpu_ratio, compute_ratio, bw_ratio = ratios(ref, target)
+    host = part["host_ms"] * cpu_ratio
+    gpu = gpu_ms(part, compute_ratio, bw_ratio)
+    overlap = not serial(part)
+    frame = max(host, gpu) if overlap else host + gpu
+    return {"machine": target.name, "cpu_ratio": cpu_ratio, "compute_ratio": compute_ratio, "bw_ratio": bw_ratio,
+            "host_ms": host, "gpu_ms": gpu, "frame_ms_low": max(host, gpu), "frame_ms_high": host + gpu,
+            "frame_ms": frame, "overlap": overlap, "fps": 1e3 / frame if frame > 0 else float("inf")}
+
+
+def thread_ms(part: dict, cpu_ratio: float, compute_ratio: float, bw_ratio: float) -> tuple[float, float, float]:
+    """A thread's (host, GPU, own) ms per frame (keyframe) on the target: ``host_work`` times
+    ``cpu_ratio``, GPU by kernel class, and host + GPU when ``serial``, else the larger."""
+    h, g = host_work(part) * cpu_ratio, gpu_ms(part, compute_ratio, bw_ratio)
+    return h, g, (h + g if serial(part) else max(h, g))
+
+
+def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dict]:
+    """The whole system on ``target`` (the module's model), per input frame: ``terms`` (tracking,
+    lock, GPU ms), ``frame_ms``, ``fps``, ``bound`` (the binding term), ``fps_tracking`` (the
+    tracker alone, ``project``), ``mapping_ms`` (T_m per keyframe), ``fps_sequential``,
+    ``loop_load`` / ``grid_load`` (None without the part). None without a mapping part."""
+    if not profile.get("mapping"):
+        return None
+    ratio = ratios(ref, target)
+    mapping, loop, grid = profile["mapping"], profile.get("loop"), profile.get("grid")
+    r = profile["keyframe_rate"]
+    h_t, g_t, t_t = thread_ms(tracking_part(profile), *ratio)
+    h_m, g_m, map_ms = thread_ms(mapping, *ratio)
+    g_loop = gpu_ms(loop or {}, *ratio[1:])
+    loop_ms = ((loop or {}).get("cpu_ms") or 0.0) * ratio[0] + g_loop
+    grid_ms = ((grid or {}).get("cpu_ms") or 0.0) * ratio[0]
+    terms = {"tracking": t_t, "lock": h_t + r * (map_ms if serial(mapping) else h_m), "GPU": g_t + r * (g_m + g_loop)}
+    frame = max(terms.values())
+    return {"machine": target.name, "terms": terms, "frame_ms": frame, "fps": 1e3 / frame if frame > 0 else float("inf"),
+            "bound": max(terms, key=terms.get), "fps_tracking": project(profile, ref, target)["fps"],
+            "mapping_ms": map_ms, "fps_sequential": 1e3 / (t_t + r * (map_ms + loop_ms + grid_ms)),
+            "loop_load": r * loop_ms / frame if loop else None, "grid_load": r * grid_ms / frame if grid else None}
