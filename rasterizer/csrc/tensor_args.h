@@ -1,6 +1,7 @@
 // Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, adam_cpu.cpp,
-// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
-// Host only (ATen): the CUDA modules include it in host code of their .cu files.
+// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) kernels of an
+// op, which take the same arguments (the op's schema, in its *_cpu.cpp).
+// Host only (ATen): the CUDA sources include it in host code of their .cu files.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -72,7 +73,7 @@ inline void check_observation(const at::Tensor& color, const at::Tensor& depth,
               "valid must be a contiguous (height, width) bool tensor on the module's device");
 }
 
-// The arguments of the Gauss-Newton pass (rasterizer/gauss_newton.py) as both modules take them:
+// The arguments of the Gauss-Newton pass (rasterizer/gauss_newton.py) as both kernels take them:
 // spheres (N, 3) / (N,) / (N, 3) / (N,), background (3,), the observed frame and kGnSettings
 // settings. Returns the kernels' settings (depth_eps > 0 checked).
 inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Tensor& radii,
@@ -80,7 +81,7 @@ inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Ten
                                           const at::Tensor& background, const at::Tensor& obs_color,
                                           const at::Tensor& obs_depth, const at::Tensor& valid,
                                           int64_t width, int64_t height,
-                                          const std::vector<double>& settings, bool cuda) {
+                                          c10::ArrayRef<double> settings, bool cuda) {
   check_input(means, "means", cuda, 3);
   check_input(colors, "colors", cuda, 3);
   check_input(radii, "radii", cuda);
@@ -116,7 +117,7 @@ inline void check_lm_evaluation(const at::Tensor& state, const at::Tensor& means
 }
 
 // An LM phase (lm_math.h LmPhase) and its kLmSettings settings.
-inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& settings) {
+inline LmSettings check_lm_settings(int64_t phase, c10::ArrayRef<double> settings) {
   TORCH_CHECK(phase >= kLmBegin && phase <= kLmAccept, "unknown LM phase ", phase);
   TORCH_CHECK((int)settings.size() == kLmSettings, "LM settings must have ", kLmSettings, " values");
   const LmSettings c = make_lm_settings(settings.data());
