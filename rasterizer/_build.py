@@ -126,7 +126,7 @@ def load_jit(kind: str) -> str:
         raise ValueError(kind)
     build_dir = cache_dir(name)
     if not any(build_dir.glob(f"{name}*.so")) and not any(build_dir.glob(f"{name}*.pyd")):
-        took = "about 5 min on 2 cores, less with more" if kind == "cpu" else "a few minutes"
+        took = "about 1-2 min on 2 cores, less with more" if kind == "cpu" else "a few minutes"
         print(f"sphere rasterizer: compiling the {kind.upper()} kernels (first use, {took}; cached "
               f"in {build_dir})...", file=sys.stderr, flush=True)
     return cpp_extension.load(

@@ -101,7 +101,7 @@ VENV_PY="$(cd "$VENV" && pwd)/bin/python"
 KERNELS="not built (SKIP_KERNEL_BUILD=1: the first run builds them)"
 if [ "${SKIP_KERNEL_BUILD:-0}" != 1 ]; then
   KIND=$(cd / && "$VENV_PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
-  if [ "$KIND" = cuda ]; then EXPECT="a few minutes"; else EXPECT="about 5 min on 2 idle cores, up to 10 when they are busy; less with more cores"; fi
+  if [ "$KIND" = cuda ]; then EXPECT="a few minutes"; else EXPECT="about 1 min on 2 idle cores, up to 3 when they are busy; less with more cores"; fi
   step "compiling the rasterizer's ${KIND^^} kernels (once; the first run then starts at once)" "$EXPECT"
   if (cd / && run_step ninja "compiling" env SPHERE_RASTER_VERBOSE=1 "$VENV_PY" -c "from rasterizer import _build
 for kind in dict.fromkeys(('cpu', '$KIND')): _build.load_jit(kind)"); then
