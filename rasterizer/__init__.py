@@ -66,6 +66,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ._ext import BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample
@@ -74,8 +75,6 @@ from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "downsample",
            "depth_edge_mask"]
-
-BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 
 
 class RasterOutput(NamedTuple):
@@ -105,8 +104,6 @@ class SphereStats:
 
 
 def _validate(means, radii, colors, opacities, K, width, height, background, backend, stats):
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     check_spheres(means, radii, colors, opacities, K, width, height, backend == "reference")
     n = means.shape[0]
     if background is not None and (not isinstance(background, torch.Tensor)
@@ -135,12 +132,7 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
         RasterOutput(color (H, W, 3), depth (H, W) metres, alpha (H, W)).
     """
     _validate(means, radii, colors, opacities, K, width, height, background, backend, stats)
-    if backend == "auto":
-        backend = "cuda" if means.is_cuda else "cpu"
-    if backend in ("cuda", "gsplat") and not means.is_cuda:
-        raise ValueError(f"backend={backend!r} needs CUDA tensors (means is on {means.device})")
-    if backend == "cpu" and means.device.type != "cpu":
-        raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
+    backend = resolve_backend(backend, means, BACKENDS)
     if background is None:
         background = zeros3(means.device, means.dtype)
     else:

@@ -1,9 +1,19 @@
-"""Build parameters of the rasterizer's C++/CUDA extensions, for both builds:
+"""Build parameters of the rasterizer's two kernel libraries, for both builds:
+
+* ``_sphere_raster_cpu``: every ``csrc/*_cpu.cpp``: each op's schema (``TORCH_LIBRARY_FRAGMENT``)
+  and its CPU kernel (``TORCH_LIBRARY_IMPL(sphere_raster, CPU, ...)``);
+* ``_sphere_raster_cuda``: every ``csrc/*_cuda.cu`` (and ``*_cuda.cpp``): the CUDA kernels
+  (``TORCH_LIBRARY_IMPL(sphere_raster, CUDA, ...)``), loaded after the CPU library.
+
+Neither is a Python module: loading one (``torch.ops.load_library``, rasterizer/_ext.py) registers
+its ops under ``torch.ops.sphere_raster``. The source lists come from the file names, so a new
+kernel's sources are built without an edit here.
 
 * just-in-time: :func:`load_jit` compiles with ``torch.utils.cpp_extension.load`` on first use and
   caches the result under ``$SPHERE_RASTER_CACHE`` (default ``~/.cache/sphere_rasterizer``);
 * ahead-of-time: :func:`aot_extensions` returns ``(ext_modules, cmdclass)`` for setup.py
-  (``SPHERE_RASTER_AOT=1 pip install --no-build-isolation .``).
+  (``SPHERE_RASTER_AOT=1 pip install --no-build-isolation .``), installed as
+  ``rasterizer/_sphere_raster_cpu*.so`` (and ``_cuda``).
 
 ``TORCH_CUDA_ARCH_LIST`` and ``MAX_JOBS`` are honoured by torch's builder in both cases.
 setup.py loads this file with runpy, so it must not import the ``rasterizer`` package.
@@ -20,8 +30,13 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 CPU_NAME = "_sphere_raster_cpu"
 CUDA_NAME = "_sphere_raster_cuda"
-CPU_SOURCES = ["raster_cpu.cpp", "gn_cpu.cpp", "adam_cpu.cpp", "frame_cpu.cpp"]
-CUDA_SOURCES = ["raster_cuda.cu", "bin_cuda.cu", "gn_cuda.cu", "adam_cuda.cu", "frame_cuda.cu", "bind_cuda.cpp"]
+
+
+def sources(kind: str) -> list:
+    """The source file names of the ``cpu`` (``*_cpu.cpp``) or ``cuda`` (``*_cuda.cu``,
+    ``*_cuda.cpp``) library, sorted."""
+    patterns = {"cpu": ("*_cpu.cpp",), "cuda": ("*_cuda.cu", "*_cuda.cpp")}[kind]
+    return sorted(p.name for pattern in patterns for p in CSRC.glob(pattern))
 
 
 def headers() -> list:
@@ -57,7 +72,7 @@ def nvcc_flags():
     return ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
 
 
-def _sources(names):
+def _paths(names):
     return [str(CSRC / s) for s in names]
 
 
@@ -87,8 +102,10 @@ def cache_dir(name: str) -> Path:
     return d
 
 
-def load_jit(kind: str):
-    """Compile (first use) or load from the cache the ``cpu`` or ``cuda`` extension module."""
+def load_jit(kind: str) -> str:
+    """Compile (first use) or load from the cache the ``cpu`` or ``cuda`` library; loads it into
+    the process (``torch.ops.load_library``: its ops register) and returns its path. The ``cuda``
+    library's kernels belong to ops the ``cpu`` library declares: load that one first."""
     from torch.utils import cpp_extension
 
     cxx = os.environ.get("CXX", "c++")
@@ -97,26 +114,26 @@ def load_jit(kind: str):
             f"sphere rasterizer: no C++ compiler found ('{cxx}' is not on PATH). Install g++ "
             "(e.g. apt-get install g++) or set CXX, or use backend='reference'.")
     if kind == "cpu":
-        name, sources, cuda_flags = CPU_NAME, _sources(CPU_SOURCES), None
+        name, cuda_flags = CPU_NAME, None
     elif kind == "cuda":
         nvcc = Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
         if cpp_extension.CUDA_HOME is None or not nvcc.exists():
             raise RuntimeError(
                 "sphere rasterizer: nvcc not found (set CUDA_HOME to the CUDA toolkit, e.g. "
                 "/usr/local/cuda) - needed to compile the CUDA kernels; use backend='cpu' otherwise.")
-        name, sources, cuda_flags = CUDA_NAME, _sources(CUDA_SOURCES), nvcc_flags()
+        name, cuda_flags = CUDA_NAME, nvcc_flags()
     else:
         raise ValueError(kind)
     build_dir = cache_dir(name)
     if not any(build_dir.glob(f"{name}*.so")) and not any(build_dir.glob(f"{name}*.pyd")):
-        took = "about 5 min on 2 cores, less with more" if kind == "cpu" else "a few minutes"
+        took = "about 1-2 min on 2 cores, less with more" if kind == "cpu" else "a few minutes"
         print(f"sphere rasterizer: compiling the {kind.upper()} kernels (first use, {took}; cached "
               f"in {build_dir})...", file=sys.stderr, flush=True)
-    mod = cpp_extension.load(
-        name=name, sources=sources, extra_cflags=cxx_flags(), extra_cuda_cflags=cuda_flags,
-        extra_ldflags=ld_flags(), extra_include_paths=[str(CSRC)], build_directory=str(build_dir),
+    return cpp_extension.load(
+        name=name, sources=_paths(sources(kind)), extra_cflags=cxx_flags(),
+        extra_cuda_cflags=cuda_flags, extra_ldflags=ld_flags(), extra_include_paths=[str(CSRC)],
+        build_directory=str(build_dir), is_python_module=False,
         verbose=os.environ.get("SPHERE_RASTER_VERBOSE", "0") == "1")
-    return mod
 
 
 def aot_extensions():
@@ -134,12 +151,12 @@ def aot_extensions():
     inc = [str(CSRC)]
     deps = rel(headers())
     exts = [cpp_extension.CppExtension(
-        name=f"rasterizer.{CPU_NAME}", sources=rel(CPU_SOURCES), include_dirs=inc, depends=deps,
+        name=f"rasterizer.{CPU_NAME}", sources=rel(sources("cpu")), include_dirs=inc, depends=deps,
         extra_compile_args={"cxx": cxx_flags()}, extra_link_args=ld_flags())]
     want_cuda = os.environ.get("SPHERE_RASTER_CUDA")
     if want_cuda == "1" or (want_cuda != "0" and torch.version.cuda is not None
                             and cpp_extension.CUDA_HOME is not None):
         exts.append(cpp_extension.CUDAExtension(
-            name=f"rasterizer.{CUDA_NAME}", sources=rel(CUDA_SOURCES), include_dirs=inc, depends=deps,
+            name=f"rasterizer.{CUDA_NAME}", sources=rel(sources("cuda")), include_dirs=inc, depends=deps,
             extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags()}))
     return exts, {"build_ext": cpp_extension.BuildExtension}

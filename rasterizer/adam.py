@@ -20,7 +20,6 @@ import torch
 
 from . import _ext
 
-BACKENDS = ("auto", "cpu", "cuda", "reference")
 N_COLS = 8
 
 
@@ -46,9 +45,8 @@ def adam_rows(params: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Ten
     params, exp_avg, exp_avg_sq: (N, 8) float32 contiguous (row ranges of larger buffers are
         fine), updated in place; steps: (N,) float32 per-row step counts, updated in place;
     grad: (N, 8) float32; lr: (8,) float32 per-column learning rates; all on one device.
+    backend: 'auto' (the kernel of params' device) | 'cuda' | 'cpu' | 'reference'.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     n = params.shape[0] if params.dim() == 2 else -1
     for name, t, shape in (("params", params, (n, N_COLS)), ("exp_avg", exp_avg, (n, N_COLS)),
                            ("exp_avg_sq", exp_avg_sq, (n, N_COLS)), ("grad", grad, (n, N_COLS)),
@@ -57,10 +55,9 @@ def adam_rows(params: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Ten
             raise ValueError(f"{name} must have shape {shape} (N rows of {N_COLS}), got {tuple(t.shape)}")
         if t.dtype != torch.float32 or t.device != params.device:
             raise ValueError(f"{name} must be float32 on {params.device}, got {t.dtype} on {t.device}")
-    if backend == "auto":
-        backend = "cuda" if params.is_cuda else "cpu"
+    backend = _ext.resolve_backend(backend, params, what="params")
     if backend == "reference":
         reference(params, exp_avg, exp_avg_sq, steps, grad, lr, beta1, beta2, eps)
         return
-    _ext.get(backend).adam_rows(params, exp_avg, exp_avg_sq, steps, grad.contiguous(), lr.contiguous(),
+    _ext.ops(backend).adam_rows(params, exp_avg, exp_avg_sq, steps, grad.contiguous(), lr.contiguous(),
                                 float(beta1), float(beta2), float(eps))

@@ -31,7 +31,6 @@ import torch.nn.functional as F
 
 from . import _ext
 
-BACKENDS = ("auto", "cpu", "cuda", "reference")
 MAX_FACTOR = 16   # the kernels' largest block (csrc/frame_math.h); larger factors use the reference
 
 
@@ -57,9 +56,8 @@ def downsample(color: torch.Tensor, depth: torch.Tensor, factor: int,
                backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``color`` (H, W, 3) float32 and ``depth`` (H, W) float32 metres (0 = invalid), on one
     device, at 1/``factor`` resolution (the model above): returns (colour (H//f, W//f, 3), depth
-    (H//f, W//f)), new tensors (``factor`` 1: contiguous copies)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    (H//f, W//f)), new tensors (``factor`` 1: contiguous copies). ``backend``: 'auto' (the kernel
+    of the images' device; the oracle beyond MAX_FACTOR) | 'cuda' | 'cpu' | 'reference'."""
     factor = int(factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor}")
@@ -68,11 +66,10 @@ def downsample(color: torch.Tensor, depth: torch.Tensor, factor: int,
     if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
         raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
                          f"and {depth.dtype} on {depth.device}")
-    if backend == "auto":
-        backend = "reference" if factor > MAX_FACTOR else ("cuda" if color.is_cuda else "cpu")
-    if backend == "reference":
+    kind = "reference" if backend == "auto" and factor > MAX_FACTOR else _ext.resolve_backend(backend, color, what="color")
+    if kind == "reference":
         return reference(color, depth, factor)
-    out = _ext.get(backend).downsample(color.contiguous(), depth.contiguous(), factor)
+    out = _ext.ops(kind).downsample(color.contiguous(), depth.contiguous(), factor)
     return out[0], out[1]
 
 
@@ -90,13 +87,10 @@ def edge_mask_reference(depth: torch.Tensor, max_jump: float = 0.1) -> torch.Ten
 def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1, backend: str = "auto") -> torch.Tensor:
     """(H, W) bool on ``depth``'s device: valid depth (> 0, metres) away from depth edges, where no
     valid 3x3 neighbour is nearer or farther than ``max_jump`` x the depth (the model above).
-    ``depth``: (H, W) float32."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    ``depth``: (H, W) float32; ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
     if depth.dim() != 2 or depth.dtype != torch.float32:
         raise ValueError(f"depth must be (H, W) float32, got {tuple(depth.shape)} {depth.dtype}")
-    if backend == "auto":
-        backend = "cuda" if depth.is_cuda else "cpu"
-    if backend == "reference":
+    kind = _ext.resolve_backend(backend, depth, what="depth")
+    if kind == "reference":
         return edge_mask_reference(depth, max_jump)
-    return _ext.get(backend).depth_edge_mask(depth.contiguous(), float(max_jump))
+    return _ext.ops(kind).depth_edge_mask(depth.contiguous(), float(max_jump))

@@ -1,9 +1,9 @@
 """Thin autograd wrappers around the kernels: one torch.autograd.Function for the compiled tiled
-kernels (the same code path and the same extension interface for 'cpu' and 'cuda'), and the
-gsplat adapter.
+kernels (one code path for 'cpu' and 'cuda': the same ops, whose kernel torch picks by the
+tensors' device), and the gsplat adapter.
 
-Both extension modules (csrc/raster_cpu.cpp, csrc/raster_cuda.cu + bind_cuda.cpp) take the same
-arguments and return the same things:
+The render's two ops, ``torch.ops.sphere_raster.forward`` and ``.backward`` (schemas in
+csrc/raster_cpu.cpp; kernels in csrc/raster_cpu.cpp and csrc/raster_cuda.cu), take and return:
 
 * ``forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps)``
   -> ``[color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
@@ -13,7 +13,8 @@ arguments and return the same things:
   count)`` -> ``[g_means (N,3), g_radii (N,), g_colors (N,3), g_opacities (N,)]``. ``g_depth`` is
   the gradient of the normalised depth (the kernel applies the normalisation's backward per
   pixel); output gradients may be strided, an empty tensor means "no gradient"; the statistics
-  buffers (empty: none) are added into.
+  buffers (empty: none; three distinct tensors, as the schema marks each one written) are added
+  into.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class TiledRaster(torch.autograd.Function):
     def forward(ctx, kind, cam, width, height, stats, means, radii, colors, opacities, background):
         ctx.set_materialize_grads(False)
         ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
-        color, depth, alpha, last, ids, ranges = _ext.get(kind).forward(
+        color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward(
             means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS)
         ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
                               ids, ranges)
@@ -62,9 +63,9 @@ class TiledRaster(torch.autograd.Function):
             err = stats.pixel_error
             err = empty if err is None else err.detach().to(means.device, torch.float32).contiguous()
         else:
-            sw = se = sn = err = empty
+            sw, se, sn, err = means.new_empty(0), means.new_empty(0), means.new_empty(0), empty
         g_color, g_depth, g_alpha = (empty if g is None else g for g in (g_color, g_depth, g_alpha))
-        g_means, g_radii, g_colors, g_opac = _ext.get(ctx.kind).backward(
+        g_means, g_radii, g_colors, g_opac = _ext.ops(ctx.kind).backward(
             means, radii, colors, opacities, background, *ctx.cam, *ctx.size, DEPTH_EPS, ids,
             ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se, sn)
         return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None

@@ -73,10 +73,7 @@ from ._model import DEPTH_EPS
 from .functions import _camera
 from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, increment_points, unpack
 
-__all__ = ["gauss_newton", "GaussNewtonResult", "increment_points", "PACKED_SIZE", "N_TRI",
-           "GN_BACKENDS"]
-
-GN_BACKENDS = ("auto", "cuda", "cpu", "reference")
+__all__ = ["gauss_newton", "GaussNewtonResult", "increment_points", "PACKED_SIZE", "N_TRI"]
 
 
 @dataclass
@@ -127,10 +124,9 @@ def _settings(pivot_z, gain, bias, depth_weight, huber, alpha_threshold, depth_n
 
 
 def _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
-              backend, huber, depth_noise):
-    if backend not in GN_BACKENDS:
-        raise ValueError(f"backend must be one of {GN_BACKENDS}, got {backend!r}")
-    check_spheres(means, radii, colors, opacities, K, width, height, backend == "reference")
+              reference: bool, huber, depth_noise):
+    """The pass's inputs (float64 only for the ``reference`` backend)."""
+    check_spheres(means, radii, colors, opacities, K, width, height, reference)
     for name, t, shape in (("obs_color", obs_color, (height, width, 3)),
                            ("obs_depth", obs_depth, (height, width)),
                            ("valid", valid, (height, width))):
@@ -175,13 +171,8 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
         (50,) float64 on the spheres' device; ``GaussNewtonResult.unpack`` reads it.
     """
     _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
-              backend, huber, depth_noise)
-    if backend == "auto":
-        backend = "cuda" if means.is_cuda else "cpu"
-    if backend == "cuda" and not means.is_cuda:
-        raise ValueError(f"backend='cuda' needs CUDA tensors (means is on {means.device})")
-    if backend == "cpu" and means.device.type != "cpu":
-        raise ValueError(f"backend='cpu' needs CPU tensors (means is on {means.device})")
+              backend == "reference", huber, depth_noise)
+    backend = _ext.resolve_backend(backend, means)
     settings = _settings(pivot_z, gain, bias, depth_weight, huber, alpha_threshold, depth_noise,
                          color_tol, exposure, obs_weight)
     if background is None:
@@ -194,7 +185,7 @@ def gauss_newton(means, radii, colors, opacities, K, width, height, obs_color, o
         return gauss_newton_reference(means.detach(), radii.detach(), colors.detach(),
                                       opacities.detach(), K.detach(), width, height, obs_color,
                                       obs_depth, valid, bg, settings, derivatives)
-    return _ext.get(backend).gauss_newton(
+    return _ext.ops(backend).gauss_newton(
         f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
         f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings,
         bool(derivatives))

@@ -64,7 +64,7 @@ from .gn_reference import N_PARAMS, N_TRI, PACKED_SIZE, gauss_newton_reference, 
 
 __all__ = ["STATE_SIZE", "new_state", "lm_settings", "lm_phase", "gauss_newton_lm",
            "lm_phase_reference", "gauss_newton_lm_reference", "clamp_exposure", "LOG_GAIN_MAX", "BIAS_MAX",
-           "BEGIN", "START", "PROPOSE", "ACCEPT", "BACKENDS"]
+           "BEGIN", "START", "PROPOSE", "ACCEPT"]
 
 # State layout (csrc/lm_math.h)
 T, TRIAL_T, EXP, TRIAL_EXP = 0, 16, 32, 34
@@ -80,7 +80,6 @@ G, COST, L1, N_VALID, N_COVERED, N_DEPTH_IN, N_COLOR_IN = (N_TRI, N_TRI + N_PARA
     range(N_TRI + N_PARAMS + 1, PACKED_SIZE))
 
 BEGIN, START, PROPOSE, ACCEPT = range(4)
-BACKENDS = ("auto", "cpu", "cuda", "reference")
 
 # The exposure's plausible range (the one statement in Python; csrc/lm_math.h kLmLogGainMax and
 # kLmBiasMax say the same for the kernels): a gain outside [1/8, 8] (three stops) or a bias beyond
@@ -111,25 +110,13 @@ def lm_settings(*, damping: float, damping_up: float, damping_down: float, min_d
             float(min_diagonal), float(converged_step), float(attempts), 1.0 if exposure else 0.0]
 
 
-def _kernels(backend: str, t: torch.Tensor) -> str:
-    """The compiled module for ``backend`` on ``t``'s device ('cpu' / 'cuda'), or 'reference'."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        return "cuda" if t.is_cuda else "cpu"
-    if (backend == "cuda") != t.is_cuda:
-        raise ValueError(f"backend={backend!r} needs {'CUDA' if backend == 'cuda' else 'CPU'} tensors "
-                         f"(the state is on {t.device})")
-    return backend
-
-
 def lm_phase(state: torch.Tensor, phase: int, settings: list, backend: str = "auto") -> None:
     """One bookkeeping phase (BEGIN, START, PROPOSE, ACCEPT) on ``state`` (STATE_SIZE,) float64 in
     place: a one-thread kernel on CUDA, no host wait; ``backend='reference'``: ``lm_phase_reference``
     on a host copy (a host wait on CUDA)."""
-    kind = _kernels(backend, state)
+    kind = _ext.resolve_backend(backend, state, what="the state")
     if kind != "reference":
-        _ext.get(kind).lm_phase(state, int(phase), settings)
+        _ext.ops(kind).lm_phase(state, int(phase), settings)
     elif state.is_cuda:
         host = state.cpu().numpy()
         lm_phase_reference(host, phase, settings)
@@ -154,9 +141,9 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
         capacity: room for (tile, sphere) pairs on CUDA (see the module docstring).
         backend: 'auto' | 'cpu' | 'cuda' | 'reference' (``gauss_newton_lm_reference``).
     """
-    kind = _kernels(backend, means)
     _validate(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,
-              "reference" if kind == "reference" else "auto", huber, depth_noise)
+              backend == "reference", huber, depth_noise)
+    kind = _ext.resolve_backend(backend, means)
     bg = zeros3(means.device, means.dtype) if background is None else background
     settings = _settings(0.0, 1.0, 0.0, depth_weight, huber, alpha_threshold, depth_noise, color_tol,
                          exposure, obs_weight)
@@ -164,7 +151,7 @@ def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color
         gauss_newton_lm_reference(means, radii, colors, opacities, K, width, height, obs_color, obs_depth,
                                   valid, bg, settings, state)
         return
-    _ext.get(kind).gauss_newton_lm(
+    _ext.ops(kind).gauss_newton_lm(
         f32(means), f32(radii), f32(colors), f32(opacities), f32(bg), f32(obs_color),
         f32(obs_depth), valid.contiguous(), *_camera(K), int(width), int(height), settings, state,
         int(level), int(capacity))

@@ -35,7 +35,7 @@ echo "== $(date -u '+%F %T') $(nvidia-smi --query-gpu=name,memory.total --format
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'GPUs', torch.cuda.device_count())"
 $PY -c "import ray; print('ray', ray.__version__)" 2>/dev/null || echo "ray: not installed"
 # Compile the rasterizer once before timing (two jobs starting together would both wait for one build).
-$PY -c "import torch; from rasterizer import _build; _build.load_jit('cuda' if torch.cuda.is_available() else 'cpu')" \
+$PY -c "import torch; from rasterizer import _ext; _ext.ops('cuda' if torch.cuda.is_available() else 'cpu')" \
   || { echo "!! rasterizer build failed"; exit 1; }
 cat "$DATA"/* > /dev/null 2>&1 || find "$DATA" -type f -exec cat {} + > /dev/null  # same page cache for both parts
 

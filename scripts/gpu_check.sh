@@ -41,7 +41,7 @@ if [ "${GSPLAT_WARMUP:-0}" = 1 ]; then
 fi
 
 start=$(date +%s)
-$PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.get('cuda'); print('native build OK')" \
+$PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.ops('cuda'); print('native build OK')" \
   2>&1 | tee "$LOG/build.txt" || status=1
 echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 

@@ -140,16 +140,17 @@ def test_strided_and_absent_output_gradients_are_exact():
 
 
 def test_one_code_path_for_both_extensions(monkeypatch):
-    """functions.TiledRaster calls the 'cpu' and 'cuda' extensions with the same arguments.
-    Checked on the CPU with a stand-in 'cuda' module that records its arguments and runs the CPU
-    kernels: identical argument lists (types, shapes, strides) and bitwise identical results,
-    also when only some outputs get a gradient."""
+    """functions.TiledRaster makes the same op calls for 'cpu' and 'cuda' (the kind only says which
+    kernel libraries to load; torch picks the kernel by the tensors' device). Checked on the CPU
+    with a stand-in for the 'cuda' ops that records its arguments and runs the CPU kernels:
+    identical argument lists (types, shapes, strides) and bitwise identical results, also when only
+    some outputs get a gradient."""
     import types
 
     from rasterizer import _ext
     from rasterizer import functions as F
 
-    cpu = _ext.get("cpu")
+    cpu = _ext.ops("cpu")
     calls = {"cpu": [], "cuda": []}
 
     def recorder(kind, fn):
@@ -159,10 +160,9 @@ def test_one_code_path_for_both_extensions(monkeypatch):
             return fn(*args)
         return call
 
-    monkeypatch.setitem(_ext._modules, "cpu", types.SimpleNamespace(
-        forward=recorder("cpu", cpu.forward), backward=recorder("cpu", cpu.backward)))
-    monkeypatch.setitem(_ext._modules, "cuda", types.SimpleNamespace(
-        forward=recorder("cuda", cpu.forward), backward=recorder("cuda", cpu.backward)))
+    stand_ins = {kind: types.SimpleNamespace(forward=recorder(kind, cpu.forward), backward=recorder(kind, cpu.backward))
+                 for kind in ("cpu", "cuda")}
+    monkeypatch.setattr(_ext, "ops", lambda kind="cpu": stand_ins[kind])
 
     def run(scene, kind, use):
         ps = [scene[k].clone().requires_grad_() for k in ("means", "radii", "colors", "opacities")]

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include "adam_math.h"
 #include "raster_cuda.h"
@@ -38,3 +39,6 @@ void adam_rows_cuda(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq
       sr::AdamSettings{(float)beta1, (float)beta2, (float)eps});
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+
+// The schema is in adam_cpu.cpp.
+TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) { m.impl("adam_rows", &adam_rows_cuda); }

@@ -1,6 +1,8 @@
 // CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask; the models are in
-// rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel.
-#include <torch/extension.h>
+// rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel. The ops'
+// schemas are declared here (once for both libraries); frame_cuda.cu registers their CUDA kernels.
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <vector>
 
@@ -34,4 +36,15 @@ at::Tensor depth_edge_mask_cpu(const at::Tensor& depth, double max_jump) {
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x) o[y * W + x] = sr::depth_edge_ok(y, x, H, W, d, mj);
   return out;
+}
+
+// Arguments and results as rasterizer/frame.py passes and reads them.
+TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("downsample(Tensor color, Tensor depth, int factor) -> Tensor[]");
+  m.def("depth_edge_mask(Tensor depth, float max_jump) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("downsample", &downsample_cpu);
+  m.impl("depth_edge_mask", &depth_edge_mask_cpu);
 }

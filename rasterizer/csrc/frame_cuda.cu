@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <vector>
 
@@ -65,4 +66,10 @@ at::Tensor depth_edge_mask_cuda(const at::Tensor& depth, double max_jump) {
       H, W, depth.data_ptr<float>(), (float)max_jump, out.data_ptr<bool>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
+}
+
+// The schemas are in frame_cpu.cpp.
+TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
+  m.impl("downsample", &downsample_cuda);
+  m.impl("depth_edge_mask", &depth_edge_mask_cuda);
 }

@@ -4,8 +4,11 @@
 // its share of H, g, the cost and the statistics (sr::gn_pixel_values). The per-sphere pose
 // Jacobian (sr::pose_jacobian) is computed once per sphere. Tiles run in parallel, each summing
 // its pixels in double; the tile partials are added in tile order, so the result is the same for
-// any thread count.
-#include <torch/extension.h>
+// any thread count. Also the device LM's evaluation and phases on the CPU. The schemas of these
+// three ops are declared at the end (once for both libraries); gn_cuda.cu registers their CUDA
+// kernels.
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <vector>
@@ -91,7 +94,7 @@ at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
                             const at::Tensor& background, const at::Tensor& obs_color,
                             const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                             double fy, double cx, double cy, int64_t width, int64_t height,
-                            const std::vector<double>& settings, bool derivatives) {
+                            c10::ArrayRef<double> settings, bool derivatives) {
   GnInputs in;
   in.st = sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
                                       obs_depth, valid, width, height, settings, /*cuda=*/false);
@@ -155,7 +158,7 @@ void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const
                          const at::Tensor& opacities, const at::Tensor& background,
                          const at::Tensor& obs_color, const at::Tensor& obs_depth,
                          const at::Tensor& valid, double fx, double fy, double cx, double cy,
-                         int64_t width, int64_t height, const std::vector<double>& settings,
+                         int64_t width, int64_t height, c10::ArrayRef<double> settings,
                          at::Tensor state, int64_t level, int64_t capacity) {
   sr::check_lm_evaluation(state, means, level, capacity, /*cuda=*/false);
   sr::check_input(means, "means", /*cuda=*/false, 3);
@@ -166,7 +169,7 @@ void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const
   const float* w = means.data_ptr<float>();
   float* c = cam_means.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) sr::lm_trial_to_camera(lm, w + 3 * i, c + 3 * i);
-  std::vector<double> st(settings);
+  std::vector<double> st(settings.begin(), settings.end());
   TORCH_CHECK((int)st.size() == sr::kGnSettings, "settings must have ", sr::kGnSettings, " values");
   st[0] = std::exp(lm[sr::kLmTrialExp]);
   st[1] = lm[sr::kLmTrialExp + 1];
@@ -177,8 +180,27 @@ void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const
 }
 
 // One LM bookkeeping phase (lm_math.h) on a CPU state.
-void lm_phase_cpu(at::Tensor state, int64_t phase, const std::vector<double>& settings) {
+void lm_phase_cpu(at::Tensor state, int64_t phase, c10::ArrayRef<double> settings) {
   sr::check_lm_state(state, state, /*cuda=*/false);
   const sr::LmSettings c = sr::check_lm_settings(phase, settings);
   sr::lm_phase(state.data_ptr<double>(), (int)phase, c);
+}
+
+// The ops' schemas (arguments as rasterizer/gauss_newton.py and rasterizer/lm_state.py pass them;
+// the LM state is written) and CPU kernels.
+TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("gauss_newton(Tensor means, Tensor radii, Tensor colors, Tensor opacities, "
+        "Tensor background, Tensor obs_color, Tensor obs_depth, Tensor valid, float fx, float fy, "
+        "float cx, float cy, int width, int height, float[] settings, bool derivatives) -> Tensor");
+  m.def("gauss_newton_lm(Tensor means, Tensor radii, Tensor colors, Tensor opacities, "
+        "Tensor background, Tensor obs_color, Tensor obs_depth, Tensor valid, float fx, float fy, "
+        "float cx, float cy, int width, int height, float[] settings, Tensor(a!) state, int level, "
+        "int capacity) -> ()");
+  m.def("lm_phase(Tensor(a!) state, int phase, float[] settings) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("gauss_newton", &gauss_newton_cpu);
+  m.impl("gauss_newton_lm", &gauss_newton_lm_cpu);
+  m.impl("lm_phase", &lm_phase_cpu);
 }

@@ -13,6 +13,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <vector>
 
@@ -200,7 +201,7 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
                              const at::Tensor& background, const at::Tensor& obs_color,
                              const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                              double fy, double cx, double cy, int64_t width, int64_t height,
-                             const std::vector<double>& settings, bool derivatives) {
+                             c10::ArrayRef<double> settings, bool derivatives) {
   const sr::GnSettings st =
       sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
                                   obs_depth, valid, width, height, settings, /*cuda=*/true);
@@ -223,7 +224,7 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
                           const at::Tensor& background, const at::Tensor& obs_color,
                           const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
                           double fy, double cx, double cy, int64_t width, int64_t height,
-                          const std::vector<double>& settings, at::Tensor state, int64_t level,
+                          c10::ArrayRef<double> settings, at::Tensor state, int64_t level,
                           int64_t capacity) {
   const sr::GnSettings st =
       sr::check_gauss_newton_args(means, radii, colors, opacities, background, obs_color,
@@ -241,11 +242,18 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
 }
 
 // One LM bookkeeping phase (lm_math.h) on the device state: a one-thread kernel.
-void lm_phase_cuda(at::Tensor state, int64_t phase, const std::vector<double>& settings) {
+void lm_phase_cuda(at::Tensor state, int64_t phase, c10::ArrayRef<double> settings) {
   sr::check_lm_state(state, state, /*cuda=*/true);
   const sr::LmSettings c = sr::check_lm_settings(phase, settings);
   const c10::cuda::CUDAGuard guard(state.device());
   lm_phase_kernel<<<1, 1, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(
       state.data_ptr<double>(), (int)phase, c);
   SR_CHECK_CUDA();
+}
+
+// The schemas are in gn_cpu.cpp.
+TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
+  m.impl("gauss_newton", &gauss_newton_cuda);
+  m.impl("gauss_newton_lm", &gauss_newton_lm_cuda);
+  m.impl("lm_phase", &lm_phase_cuda);
 }

@@ -1,5 +1,6 @@
-// CPU (C++/OpenMP) backend of the sphere rasterizer. Same interface as the CUDA module
-// (raster_cuda.cu / bind_cuda.cpp: the same arguments and results) and the same tiled algorithm:
+// CPU (C++/OpenMP) kernels of the sphere rasterizer's render ops, `forward` and `backward`: their
+// schemas (declared here, once for both libraries) and CPU implementations; the CUDA ones are in
+// raster_cuda.cu, with the same arguments and results and the same tiled algorithm:
 // forward: project -> bin into 16x16 tiles in (tile, depth, index) order -> per-tile front-to-back
 //   blend -> depth normalised in the kernel (depth = sum w z / max(alpha, eps));
 // backward: per pixel the normalisation's backward, then a back-to-front replay that sums the
@@ -8,8 +9,10 @@
 // Tiles run in parallel; the backward writes one record per (tile, sphere) intersection and then
 // reduces the records per sphere in list order, so results are deterministic for any thread count.
 // The tiling (project, depth order, bin) is sr_cpu::bin_spheres (raster_cpu.h), shared with the
-// fused Gauss-Newton kernel (gn_cpu.cpp), which this module also exports.
-#include <torch/extension.h>
+// fused Gauss-Newton kernel (gn_cpu.cpp).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <numeric>
@@ -88,10 +91,10 @@ sr_cpu::Bins sr_cpu::bin_spheres(const float* mp, const float* rp, int64_t n,
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
 //          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
 // pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
-std::vector<at::Tensor> forward(const at::Tensor& means, const at::Tensor& radii,
-                                const at::Tensor& colors, const at::Tensor& opacities,
-                                const at::Tensor& background, double fx, double fy, double cx,
-                                double cy, int64_t width, int64_t height, double depth_eps) {
+std::vector<at::Tensor> forward_cpu(const at::Tensor& means, const at::Tensor& radii,
+                                    const at::Tensor& colors, const at::Tensor& opacities,
+                                    const at::Tensor& background, double fx, double fy, double cx,
+                                    double cy, int64_t width, int64_t height, double depth_eps) {
   check_input(means, "means", 3);
   check_input(colors, "colors", 3);
   check_input(radii, "radii", 0);
@@ -193,7 +196,7 @@ constexpr int kRec = 11;
 // the statistics into stat_w / stat_e / stat_n when they are non-empty. g_depth is the gradient of
 // the normalised depth (`depth`, the forward's); the output gradients may be strided, and an empty
 // one means no gradient.
-std::vector<at::Tensor> backward(
+std::vector<at::Tensor> backward_cpu(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
     double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids_t,
@@ -333,14 +336,20 @@ std::vector<at::Tensor> backward(
   return {g_means, g_radii, g_colors, g_opac};
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Sphere rasterizer, CPU kernels";
-  m.def("forward", &forward, "tiled forward (CPU)");
-  m.def("backward", &backward, "tiled backward (CPU)");
-  m.def("gauss_newton", &gauss_newton_cpu, "fused Gauss-Newton pass (CPU)");
-  m.def("gauss_newton_lm", &gauss_newton_lm_cpu, "device-LM evaluation at the trial pose (CPU)");
-  m.def("lm_phase", &lm_phase_cpu, "device-LM bookkeeping phase (CPU)");
-  m.def("adam_rows", &adam_rows_cpu, "packed-row Adam update (CPU)");
-  m.def("downsample", &downsample_cpu, "image downsampling: mean colour, median valid depth (CPU)");
-  m.def("depth_edge_mask", &depth_edge_mask_cpu, "valid depth away from depth edges (CPU)");
+// The render's ops: their schemas (the arguments and results rasterizer/functions.py describes;
+// the statistics buffers, added into, are marked as written) and CPU kernels. raster_cuda.cu
+// registers the CUDA kernels.
+TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("forward(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
+        "float fx, float fy, float cx, float cy, int width, int height, float depth_eps) -> Tensor[]");
+  m.def("backward(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
+        "float fx, float fy, float cx, float cy, int width, int height, float depth_eps, Tensor ids, "
+        "Tensor ranges, Tensor alpha, Tensor depth, Tensor last, Tensor g_color, Tensor g_depth, "
+        "Tensor g_alpha, Tensor pixel_error, Tensor(a!) weight_sum, Tensor(b!) error_sum, "
+        "Tensor(c!) count) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("forward", &forward_cpu);
+  m.impl("backward", &backward_cpu);
 }

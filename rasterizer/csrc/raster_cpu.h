@@ -1,4 +1,4 @@
-// Pieces of the CPU module shared by the render (raster_cpu.cpp) and the fused Gauss-Newton
+// Pieces of the CPU kernels shared by the render (raster_cpu.cpp) and the fused Gauss-Newton
 // kernel (gn_cpu.cpp): thread settings, the tiling (project -> bin into 16x16 tiles in
 // (tile, depth, index) order), a tile's list and pixel rectangle, and the per-tile sphere cache.
 #pragma once
@@ -74,31 +74,3 @@ struct TileSpheres {
 };
 
 }  // namespace sr_cpu
-
-// The fused Gauss-Newton kernel (gn_cpu.cpp); arguments as in rasterizer/gauss_newton.py.
-at::Tensor gauss_newton_cpu(const at::Tensor& means, const at::Tensor& radii,
-                            const at::Tensor& colors, const at::Tensor& opacities,
-                            const at::Tensor& background, const at::Tensor& obs_color,
-                            const at::Tensor& obs_depth, const at::Tensor& valid, double fx,
-                            double fy, double cx, double cy, int64_t width, int64_t height,
-                            const std::vector<double>& settings, bool derivatives);
-
-// The device LM's evaluation and bookkeeping phase on the CPU (gn_cpu.cpp); arguments as in
-// rasterizer/lm_state.py.
-void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
-                         const at::Tensor& opacities, const at::Tensor& background,
-                         const at::Tensor& obs_color, const at::Tensor& obs_depth,
-                         const at::Tensor& valid, double fx, double fy, double cx, double cy,
-                         int64_t width, int64_t height, const std::vector<double>& settings,
-                         at::Tensor state, int64_t level, int64_t capacity);
-void lm_phase_cpu(at::Tensor state, int64_t phase, const std::vector<double>& settings);
-
-// The packed-row Adam update (adam_cpu.cpp); arguments as in rasterizer/adam.py.
-void adam_rows_cpu(at::Tensor params, at::Tensor exp_avg, at::Tensor exp_avg_sq, at::Tensor steps,
-                   const at::Tensor& grad, const at::Tensor& lr, double beta1, double beta2,
-                   double eps);
-
-// frame_cpu.cpp: (H, W, 3) colour and (H, W) depth downsampled by `factor` (rasterizer/frame.py).
-std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor& depth,
-                                       int64_t factor);
-at::Tensor depth_edge_mask_cpu(const at::Tensor& depth, double max_jump);

@@ -1,6 +1,7 @@
-// CUDA backend of the sphere rasterizer. Same interface as the CPU module (raster_cpu.cpp; the
-// arguments and results are listed in bind_cuda.cpp and rasterizer/functions.py) and the same
-// per-pixel and per-sphere math (sphere_math.h).
+// CUDA kernels of the sphere rasterizer's render ops, `forward` and `backward` (their schemas are in
+// raster_cpu.cpp; the arguments and results are listed in rasterizer/functions.py): the same
+// arguments and results as the CPU kernels and the same per-pixel and per-sphere math
+// (sphere_math.h).
 //
 // forward: the tiling (sr_cuda::bin_spheres, bin_cuda.cu, shared with the fused Gauss-Newton
 //   kernel, gn_cuda.cu: splats, and per tile its sphere list front to back, one host wait for the
@@ -18,6 +19,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 
 #include <vector>
 
@@ -347,4 +349,9 @@ std::vector<at::Tensor> backward_cuda(
       n, cam, means.data_ptr<float>(), radii.data_ptr<float>(), buf.data_ptr<float>());
   SR_CHECK_CUDA();
   return {g_means, g_radii, g_colors, g_opac};
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
+  m.impl("forward", &forward_cuda);
+  m.impl("backward", &backward_cuda);
 }

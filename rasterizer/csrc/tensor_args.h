@@ -1,6 +1,7 @@
 // Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, adam_cpu.cpp,
-// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) modules, which take the same arguments (see bind_cuda.cpp).
-// Host only (ATen): the CUDA modules include it in host code of their .cu files.
+// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) kernels of an
+// op, which take the same arguments (the op's schema, in its *_cpu.cpp).
+// Host only (ATen): the CUDA sources include it in host code of their .cu files.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,7 +16,7 @@
 
 namespace sr {
 
-// A float32 contiguous input on the module's device; cols > 0: shape (N, cols).
+// A float32 contiguous input on the kernel's device; cols > 0: shape (N, cols).
 inline void check_input(const at::Tensor& t, const char* name, bool cuda, int64_t cols = 0) {
   TORCH_CHECK(t.is_cuda() == cuda, name, cuda ? " must be a CUDA tensor" : " must be a CPU tensor");
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
@@ -31,7 +32,7 @@ inline GradImages grad_images(const at::Tensor& g_color, const at::Tensor& g_dep
   auto ptr = [&](const at::Tensor& g, const char* name, bool rgb) -> const float* {
     if (!g.defined() || g.numel() == 0) return nullptr;
     TORCH_CHECK(g.is_cuda() == cuda && g.scalar_type() == at::kFloat, "gradient of ", name,
-                " must be float32 on the module's device");
+                " must be float32 on the kernel's device");
     TORCH_CHECK(rgb ? (g.dim() == 3 && g.size(0) == height && g.size(1) == width && g.size(2) == 3)
                     : (g.dim() == 2 && g.size(0) == height && g.size(1) == width),
                 "gradient of ", name, " has the wrong shape");
@@ -56,7 +57,7 @@ inline GradImages grad_images(const at::Tensor& g_color, const at::Tensor& g_dep
 }
 
 // The observed frame of the Gauss-Newton kernel: colour (H, W, 3) and depth (H, W) float32, the
-// mask (H, W) bool, all contiguous on the module's device.
+// mask (H, W) bool, all contiguous on the kernel's device.
 inline void check_observation(const at::Tensor& color, const at::Tensor& depth,
                               const at::Tensor& valid, int64_t width, int64_t height, bool cuda) {
   check_input(color, "obs_color", cuda);
@@ -69,10 +70,10 @@ inline void check_observation(const at::Tensor& color, const at::Tensor& depth,
   TORCH_CHECK(valid.is_cuda() == cuda && valid.scalar_type() == at::kBool &&
                   valid.is_contiguous() && valid.dim() == 2 && valid.size(0) == height &&
                   valid.size(1) == width,
-              "valid must be a contiguous (height, width) bool tensor on the module's device");
+              "valid must be a contiguous (height, width) bool tensor on the kernel's device");
 }
 
-// The arguments of the Gauss-Newton pass (rasterizer/gauss_newton.py) as both modules take them:
+// The arguments of the Gauss-Newton pass (rasterizer/gauss_newton.py) as both kernels take them:
 // spheres (N, 3) / (N,) / (N, 3) / (N,), background (3,), the observed frame and kGnSettings
 // settings. Returns the kernels' settings (depth_eps > 0 checked).
 inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Tensor& radii,
@@ -80,7 +81,7 @@ inline GnSettings check_gauss_newton_args(const at::Tensor& means, const at::Ten
                                           const at::Tensor& background, const at::Tensor& obs_color,
                                           const at::Tensor& obs_depth, const at::Tensor& valid,
                                           int64_t width, int64_t height,
-                                          const std::vector<double>& settings, bool cuda) {
+                                          c10::ArrayRef<double> settings, bool cuda) {
   check_input(means, "means", cuda, 3);
   check_input(colors, "colors", cuda, 3);
   check_input(radii, "radii", cuda);
@@ -116,7 +117,7 @@ inline void check_lm_evaluation(const at::Tensor& state, const at::Tensor& means
 }
 
 // An LM phase (lm_math.h LmPhase) and its kLmSettings settings.
-inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& settings) {
+inline LmSettings check_lm_settings(int64_t phase, c10::ArrayRef<double> settings) {
   TORCH_CHECK(phase >= kLmBegin && phase <= kLmAccept, "unknown LM phase ", phase);
   TORCH_CHECK((int)settings.size() == kLmSettings, "LM settings must have ", kLmSettings, " values");
   const LmSettings c = make_lm_settings(settings.data());
@@ -126,7 +127,7 @@ inline LmSettings check_lm_settings(int64_t phase, const std::vector<double>& se
 }
 
 // The packed-row Adam update: params, exp_avg, exp_avg_sq, grad (N, kAdamCols), steps (N,),
-// lr (kAdamCols,), float32 contiguous on the module's device.
+// lr (kAdamCols,), float32 contiguous on the kernel's device.
 inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
                             const at::Tensor& exp_avg_sq, const at::Tensor& steps,
                             const at::Tensor& grad, const at::Tensor& lr, bool cuda) {
@@ -143,7 +144,7 @@ inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
   TORCH_CHECK(lr.dim() == 1 && lr.size(0) == kAdamCols, "lr must have one entry per column");
 }
 
-// A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the module's
+// A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the kernel's
 // device; 1 <= factor <= kMaxDownsample.
 inline void check_images(const at::Tensor& color, const at::Tensor& depth, int64_t factor,
                          bool cuda) {

@@ -177,7 +177,7 @@ def ensure_generated(entry: Entry) -> Path:
 
 # The kernels the runs will use (CUDA where torch sees a GPU, else CPU), as install.sh builds them.
 KERNELS = ("import torch\nfrom rasterizer import _ext\n"
-           "_ext.get('cuda' if torch.cuda.is_available() else 'cpu')")
+           "_ext.ops('cuda' if torch.cuda.is_available() else 'cpu')")
 
 
 def build_kernels(cwd: Optional[str] = None) -> Optional[str]:

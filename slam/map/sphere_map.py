@@ -177,7 +177,7 @@ class SphereMap:
             return
         rasterizer.adam_rows(self.params[n0:n], self.exp_avg[n0:n], self.exp_avg_sq[n0:n], self.steps[n0:n],
                              grad[n0:n], lr, betas[0], betas[1], eps,
-                             backend=backend if backend in rasterizer.adam.BACKENDS else "auto")
+                             backend="auto" if backend == "gsplat" else backend)
 
     @torch.no_grad()
     def move_anchored(self, corrections: dict) -> int:
