@@ -24,7 +24,7 @@ for o in "$@"; do SETS+=(--set "$o"); done
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 
 start=$(date +%s)
-if ! $PY -c "from rasterizer import _ext; _ext.get('cuda')" > "$LOG/build.txt" 2>&1; then
+if ! $PY -c "from rasterizer import _ext; _ext.ops('cuda')" > "$LOG/build.txt" 2>&1; then
   echo "CUDA kernels failed to build ($LOG/build.txt):"; tail -n 15 "$LOG/build.txt"; exit 2
 fi
 echo "kernels: $(( $(date +%s) - start )) s (compiled once per folder)"
