@@ -32,11 +32,17 @@ def _profile(tracking, mapping, rate, loop=None, grid=None):
 
 def test_a_mapping_bound_system_runs_at_one_over_rate_times_mapping_ms():
     p = model.project_system(_profile(_tracking(), _mapping(100.0), 0.2), H200, H200)
-    assert p["bound"] == "lock" and p["mapping_ms"] == pytest.approx(100.0)
+    assert p["bound"] == "mapper" and p["mapping_ms"] == pytest.approx(100.0)
     assert p["fps"] == pytest.approx(1e3 / (0.2 * 100.0))          # 50 FPS
     # the tracker's own host work shares the interpreter lock with the mapper: it adds
     busy = model.project_system(_profile(_tracking(host=0.5, wall=2.0), _mapping(100.0), 0.2), H200, H200)
-    assert busy["fps"] == pytest.approx(1e3 / (2.0 + 0.2 * 100.0))
+    assert busy["bound"] == "lock" and busy["fps"] == pytest.approx(1e3 / (2.0 + 0.2 * 100.0))
+    # the lock holds host work only: a mapper that waits for the GPU (the rasterizer's ops release
+    # the lock meanwhile) is bound by its own thread, and the tracker's host work then does not add
+    gpu_mapper = model.project_system(_profile(_tracking(host=0.5, wall=2.0), _mapping(100.0, raster=60.0), 0.2),
+                                      H200, H200)
+    assert gpu_mapper["terms"]["lock"] == pytest.approx(2.0 + 0.2 * 40.0)
+    assert gpu_mapper["bound"] == "mapper" and gpu_mapper["fps"] == pytest.approx(1e3 / (0.2 * 100.0))
 
 
 def test_mapping_on_a_jetson_scales_host_by_cpu_and_gpu_by_kernel_class():

@@ -32,12 +32,15 @@ the machine, and the profile stays one file from one machine):
 - The mapper per keyframe: T_m = h_m + g_m (it waits for the GPU at every render's pair count);
   max(h_m, g_m) with fewer than two waits a keyframe.
 - One GPU: the threads' kernels take turns, G = g_t + r (g_m + g_loop).
+- The mapper's own thread: M = r T_m (it works through one keyframe at a time).
 - One interpreter lock: the tracking and mapping threads have cores of their own, but one runs
-  Python at a time. PyTorch's operators release the lock; the interpreter and the rasterizer's
-  bindings hold it, the render's wait for its pair count included: L = h_t + r T_m counts the
-  whole keyframe (r h_m for a mapper with under two waits), an upper bound on the mapper's share.
+  Python at a time. PyTorch's operators and the rasterizer's ops (``torch.ops.sphere_raster``,
+  since issue 36's op registration) release it while they run, the render's wait for its pair
+  count included (measured: a second thread kept running through a 0.9 s CPU render): L = h_t +
+  r h_m counts the host work only. (With the earlier pybind bindings the mapper held the lock
+  through its GPU waits.)
 - The tracker waits for the mapper when it is ``system.max_unmapped_keyframes`` ahead, the mapper
-  for keyframes: in steady state the slowest sets the pace, frame = max(t_t, L, G); system FPS =
+  for keyframes: in steady state the slowest sets the pace, frame = max(t_t, M, L, G); system FPS =
   1000 / frame; the binding term is printed. t_t = h_t + g_t, or the larger with fewer than two
   waits a frame (the tracker alone above, from h_t: the same on a GPU-bound tracker).
 - Loop and grid threads never hold the pipeline up (the mapper offers them keyframes, never
@@ -159,7 +162,7 @@ def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dic
     g_loop = gpu_ms(loop or {}, *ratio[1:])
     loop_ms = ((loop or {}).get("cpu_ms") or 0.0) * ratio[0] + g_loop
     grid_ms = ((grid or {}).get("cpu_ms") or 0.0) * ratio[0]
-    terms = {"tracking": t_t, "lock": h_t + r * (map_ms if serial(mapping) else h_m), "GPU": g_t + r * (g_m + g_loop)}
+    terms = {"tracking": t_t, "mapper": r * map_ms, "lock": h_t + r * h_m, "GPU": g_t + r * (g_m + g_loop)}
     frame = max(terms.values())
     return {"machine": target.name, "terms": terms, "frame_ms": frame, "fps": 1e3 / frame if frame > 0 else float("inf"),
             "bound": max(terms, key=terms.get), "fps_tracking": project(profile, ref, target)["fps"],
