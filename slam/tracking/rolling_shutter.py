@@ -17,10 +17,11 @@ few millimetres at walking pace) moves the image far less than a turn at tens of
 second does. ``omega`` comes from the tracker's last two good poses (``body_rate``).
 
 Cost: about 40 small device operations a frame, launched from Python. On the H200 (threaded,
-2026-12-04, before the copy of the axis was removed) the tracker then ran at 45-67 FPS instead of
-160-210: each launch needs the interpreter lock, which the mapping thread holds while its
-rasterizer calls wait for the GPU (the likely reading, not yet measured apart). Off by default
-until that is fixed and measured (docs/benchmarks.md#rolling-shutter).
+2026-12-04) the tracker then ran at 44-67 FPS instead of 160-210: each operation gives up the
+interpreter lock and takes it back while the mapping thread runs Python between its own operations
+(the likely reading, not yet measured apart; the tracker's one CUDA graph a frame avoids it), and 3
+of 6 TUM runs failed in a cascade. Off by default until both are fixed and measured
+(docs/benchmarks.md#rolling-shutter).
 """
 from __future__ import annotations
 
