@@ -44,7 +44,7 @@ install_log_start "$LOG"
 export PYTHONUNBUFFERED=1
 # Expected times: measured on a 2-core x86-64 machine with a fast PyPI mirror
 # (docs/benchmarks.md#install-and-test-suite); more cores mostly shorten the kernel build.
-echo "install.sh: installing sphere-slam into $VENV (on a 2-core machine 8-14 min, most of it the kernel build;"\
+echo "install.sh: installing sphere-slam into $VENV (on a 2-core machine 4-8 min: pip, then the kernel build;"\
      "full output: $LOG, then $VENV/install.log)"
 
 if [ "$NEED_LIBUSB" = 1 ]; then
