@@ -52,7 +52,9 @@ packed sphere rows in one kernel (per-row step counts, per-column learning rates
 
 Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
 valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
-max_jump)`` the valid depth away from depth edges, in one kernel (rasterizer/frame.py).
+max_jump)`` the valid depth away from depth edges, in one kernel; ``unroll(color, depth, intrinsics,
+omega, readout_s, depth_offset_s)`` a rolling-shutter frame (and a depth image taken after its colour)
+in the camera of the colour's middle row, in one kernel (rasterizer/frame.py).
 
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
@@ -69,12 +71,12 @@ import torch
 from ._ext import BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
 from .adam import adam_rows
-from .frame import depth_edge_mask, downsample
+from .frame import depth_edge_mask, downsample, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "downsample",
-           "depth_edge_mask"]
+           "depth_edge_mask", "unroll"]
 
 
 class RasterOutput(NamedTuple):

@@ -1,5 +1,6 @@
 """Frame kernels, one launch per call: downsampling by an integer factor f (a frame to the
-tracking resolution, the tracker's pyramid levels) and the depth-edge mask.
+tracking resolution, the tracker's pyramid levels), the depth-edge mask and the rolling-shutter
+unroll.
 
 Downsampling (every backend), for output pixel (y, x) of (H // f, W // f) (rows and columns beyond
 a whole block are dropped):
@@ -23,8 +24,31 @@ Depth-edge mask (``depth_edge_mask``), for pixel (y, x) of (H, W) depth d:
 the max and 1e6 in the min, so they are ignored). It drops unreliable depth at object edges and
 the misregistered colour/depth borders of Kinect-style sensors. ``edge_mask_reference`` is the
 PyTorch formulation (about twelve launches), the kernels share ``sr::depth_edge_ok``.
+
+Rolling-shutter unroll (``unroll``): a frame whose rows were exposed one after another, resampled
+into the camera of its colour's middle row. The camera turns at omega (rad/s, camera frame); row v
+of an image was taken at
+
+    tau(v) = offset + readout * ((v + 0.5) / H - 0.5)      (s; colour: offset 0; depth: the depth
+                                                            image's time after the colour's)
+
+when the camera had turned by exp(omega tau) from the middle row's orientation. For output pixel
+(x, y), ray r = ((x - cx) / fx, (y - cy) / fy, 1) of the middle row's camera, per image:
+
+    d = exp(-omega tau) r with tau from row y, then once more with tau from d's row (a fixed-point
+        step); n = d / d_z; source pixel (us, vs) = (fx n_x + cx, fy n_y + cy); tau_s = tau(vs)
+    colour = bilinear at (us, vs), coordinates clamped to the image (grid_sample's 'border')
+    depth  = z = nearest at (us, vs) (0 outside the image, round half to even), then that point's
+             z in the middle row's camera: (exp(omega tau_s) (z n))_z; 0 where z is not > 0
+
+A ray turned behind the camera (d_z <= 1e-6) keeps the pixel's colour and gets depth 0.
+``unroll_reference`` is the PyTorch formulation (about forty launches); the kernels share
+``sr::unroll_pixel``.
 """
 from __future__ import annotations
+
+import math
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,3 +118,76 @@ def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1, backend: str = "
     if kind == "reference":
         return edge_mask_reference(depth, max_jump)
     return _ext.ops(kind).depth_edge_mask(depth.contiguous(), float(max_jump))
+
+
+def _rotate_by_rate(omega: Sequence[float], t: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Vectors d (..., 3) rotated by the rotation vector omega * t (rad; t (...) s, Rodrigues)."""
+    speed = math.sqrt(sum(float(w) * float(w) for w in omega))
+    if speed == 0.0:
+        return d
+    kx, ky, kz = (float(w) / speed for w in omega)
+    a = speed * t
+    s, c = torch.sin(a), torch.cos(a)
+    x, y, z = d.unbind(-1)
+    kd = (kx * x + ky * y + kz * z) * (1.0 - c)
+    return torch.stack([x * c + (ky * z - kz * y) * s + kx * kd,
+                        y * c + (kz * x - kx * z) * s + ky * kd,
+                        z * c + (kx * y - ky * x) * s + kz * kd], -1)
+
+
+def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float],
+                     omega: Sequence[float], readout_s: float,
+                     depth_offset_s: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unroll with PyTorch ops (the oracle of the tests; the model above)."""
+    fx, fy, cx, cy = (float(k) for k in intrinsics)
+    H, W = depth.shape
+    v, u = torch.meshgrid(torch.arange(H, device=depth.device, dtype=torch.float32),
+                          torch.arange(W, device=depth.device, dtype=torch.float32), indexing="ij")
+    ray = torch.stack([(u - cx) / fx, (v - cy) / fy, torch.ones_like(u)], -1)
+
+    def source(offset: float):
+        row, n, ok = v, None, torch.ones_like(v, dtype=torch.bool)
+        for _ in range(2):
+            d = _rotate_by_rate(omega, -(offset + readout_s * ((row + 0.5) / H - 0.5)), ray)
+            ok = ok & (d[..., 2] > 1e-6)
+            n = d / torch.where(ok, d[..., 2], torch.ones_like(row))[..., None]
+            row = n[..., 1] * fy + cy
+        us, vs = n[..., 0] * fx + cx, n[..., 1] * fy + cy
+        ok = ok & torch.isfinite(us) & torch.isfinite(vs)
+        return us, vs, n, ok, offset + readout_s * ((vs + 0.5) / H - 0.5)
+
+    us, vs, _, ok, _ = source(0.0)
+    grid = torch.stack([(us + 0.5) / W * 2 - 1, (vs + 0.5) / H * 2 - 1], -1)
+    grid = torch.where(ok[..., None], grid, torch.zeros_like(grid))[None]
+    sampled = F.grid_sample(color.permute(2, 0, 1)[None], grid, mode="bilinear", padding_mode="border",
+                            align_corners=False)[0].permute(1, 2, 0)
+    out_color = torch.where(ok[..., None], sampled, color).contiguous()
+    us, vs, n, ok, tau = source(float(depth_offset_s))
+    grid = torch.stack([(us + 0.5) / W * 2 - 1, (vs + 0.5) / H * 2 - 1], -1)
+    grid = torch.where(ok[..., None], grid, torch.zeros_like(grid))[None]
+    z = F.grid_sample(depth[None, None], grid, mode="nearest", padding_mode="zeros", align_corners=False)[0, 0]
+    z_mid = _rotate_by_rate(omega, tau, n * z[..., None])[..., 2]
+    out_depth = torch.where(ok & (z > 0), z_mid, torch.zeros_like(z_mid))
+    return out_color, out_depth.contiguous()
+
+
+def unroll(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float], omega: Sequence[float],
+           readout_s: float, depth_offset_s: float = 0.0, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """``color`` (H, W, 3) float32 and ``depth`` (H, W) float32 metres (0 = invalid), on one device,
+    as the colour's middle row's camera would have seen them (the model above): the camera turning
+    at ``omega`` (3,) rad/s (camera frame), rows read out over ``readout_s`` s, the depth image
+    taken ``depth_offset_s`` s after the colour. ``intrinsics``: (fx, fy, cx, cy) pixels. Returns
+    new (colour (H, W, 3), depth (H, W)). ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
+    if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
+        raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
+    if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
+        raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
+                         f"and {depth.dtype} on {depth.device}")
+    if len(intrinsics) != 4 or len(omega) != 3:
+        raise ValueError(f"intrinsics must be (fx, fy, cx, cy) and omega (3,), got {len(intrinsics)} and {len(omega)}")
+    kind = _ext.resolve_backend(backend, color, what="color")
+    if kind == "reference":
+        return unroll_reference(color, depth, intrinsics, omega, readout_s, depth_offset_s)
+    params = [float(k) for k in intrinsics] + [float(w) for w in omega] + [float(readout_s), float(depth_offset_s)]
+    out = _ext.ops(kind).unroll(color.contiguous(), depth.contiguous(), params)
+    return out[0], out[1]

@@ -27,6 +27,7 @@ def test_reads_frames_with_values_units_and_gt(tmp_path):
         fx, fy, cx, cy = K_PARAMS
         np.testing.assert_allclose(f.K, [[fx, 0, cx], [0, fy, cy], [0, 0, 1]])
         assert f.distortion is None and f.source_id.endswith(".png")
+        assert f.depth_offset_s == pytest.approx(0.004, abs=1e-6)   # depth.txt's own stamp
 
 
 def test_jpeg_colour(tmp_path):

@@ -79,3 +79,21 @@ def test_body_rate_from_two_poses():
 def test_readout_is_checked():
     with pytest.raises(ConfigError, match="rolling_shutter_s"):
         load_config("default.yaml", ["data.rolling_shutter_s=-0.01"])
+
+
+def test_a_depth_image_taken_after_its_colour_is_turned_to_the_colour_time():
+    """Global shutter, the camera panning at 60 deg/s, the depth taken 12 ms after the colour:
+    its depth of the wall is what the colour's camera would measure once turned back."""
+    omega, offset = np.radians([0.0, 60.0, 0.0]), 0.012
+    still_color, still_depth = frame(omega, 0.0)
+    R = so3_exp(omega * offset)                              # the depth's camera -> the colour's
+    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
+    rays = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], -1)
+    d_col = rays @ R.T
+    late_depth = ((PLANE_Z * d_col / d_col[..., 2:3]) @ R)[..., 2]
+    obs = as_obs(still_color, late_depth)
+    out = unroll(obs, omega, 0.0, offset)
+    inner = (slice(4, H - 4), slice(10, W - 10))
+    assert np.allclose(out.color.numpy(), obs.color.numpy())        # the colour is the frame's time
+    depth = out.depth.numpy()[inner]
+    assert (depth > 0).all() and np.abs(depth - still_depth[inner]).max() < 2e-3

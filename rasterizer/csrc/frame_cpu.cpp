@@ -1,4 +1,5 @@
-// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask; the models are in
+// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask, rolling-shutter
+// unroll; the models are in
 // rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel. The ops'
 // schemas are declared here (once for both libraries); frame_cuda.cu registers their CUDA kernels.
 #include <ATen/ATen.h>
@@ -38,13 +39,29 @@ at::Tensor depth_edge_mask_cpu(const at::Tensor& depth, double max_jump) {
   return out;
 }
 
+std::vector<at::Tensor> unroll_cpu(const at::Tensor& color, const at::Tensor& depth,
+                                   c10::ArrayRef<double> params) {
+  const sr::UnrollParams p = sr::check_unroll_args(color, depth, params, /*cuda=*/false);
+  auto out_color = at::empty_like(color);
+  auto out_depth = at::empty_like(depth);
+  const float *c = color.data_ptr<float>(), *d = depth.data_ptr<float>();
+  float *oc = out_color.data_ptr<float>(), *od = out_depth.data_ptr<float>();
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (p.H * p.W > 4096)
+  for (int64_t y = 0; y < p.H; ++y)
+    for (int64_t x = 0; x < p.W; ++x) sr::unroll_pixel(y, x, p, c, d, oc, od);
+  return {out_color, out_depth};
+}
+
 // Arguments and results as rasterizer/frame.py passes and reads them.
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   m.def("downsample(Tensor color, Tensor depth, int factor) -> Tensor[]");
   m.def("depth_edge_mask(Tensor depth, float max_jump) -> Tensor");
+  // params: fx, fy, cx, cy (pixels), wx, wy, wz (rad/s), readout (s), depth offset (s)
+  m.def("unroll(Tensor color, Tensor depth, float[] params) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
   m.impl("downsample", &downsample_cpu);
   m.impl("depth_edge_mask", &depth_edge_mask_cpu);
+  m.impl("unroll", &unroll_cpu);
 }

@@ -1,7 +1,8 @@
 // CUDA frame kernels (the models are in rasterizer/frame.py, the per-pixel math in frame_math.h,
 // the CPU twins frame_cpu.cpp), one thread per output pixel: downsampling (colour and depth of a
 // frame or pyramid level in one launch, where the PyTorch formulation took about fifteen) and the
-// depth-edge mask (one launch instead of about twelve).
+// depth-edge mask (one launch instead of about twelve) and the rolling-shutter unroll (one launch
+// instead of about forty).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -32,6 +33,14 @@ __global__ void __launch_bounds__(kThreads)
                       bool* __restrict__ out) {
   const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (i < H * W) out[i] = sr::depth_edge_ok(i / W, i % W, H, W, depth, max_jump);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    unroll_kernel(sr::UnrollParams p, const float* __restrict__ color,
+                  const float* __restrict__ depth, float* __restrict__ out_color,
+                  float* __restrict__ out_depth) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < p.H * p.W) sr::unroll_pixel(i / p.W, i % p.W, p, color, depth, out_color, out_depth);
 }
 
 }  // namespace
@@ -68,8 +77,24 @@ at::Tensor depth_edge_mask_cuda(const at::Tensor& depth, double max_jump) {
   return out;
 }
 
+std::vector<at::Tensor> unroll_cuda(const at::Tensor& color, const at::Tensor& depth,
+                                    c10::ArrayRef<double> params) {
+  const sr::UnrollParams p = sr::check_unroll_args(color, depth, params, /*cuda=*/true);
+  auto out_color = at::empty_like(color);
+  auto out_depth = at::empty_like(depth);
+  if (p.H * p.W == 0) return {out_color, out_depth};
+  const c10::cuda::CUDAGuard guard(color.device());
+  unroll_kernel<<<sr_cuda::blocks_for(p.H * p.W, kThreads), kThreads, 0,
+                  c10::cuda::getCurrentCUDAStream().stream()>>>(
+      p, color.data_ptr<float>(), depth.data_ptr<float>(), out_color.data_ptr<float>(),
+      out_depth.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {out_color, out_depth};
+}
+
 // The schemas are in frame_cpu.cpp.
 TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
   m.impl("downsample", &downsample_cuda);
   m.impl("depth_edge_mask", &depth_edge_mask_cuda);
+  m.impl("unroll", &unroll_cuda);
 }

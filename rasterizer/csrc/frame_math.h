@@ -3,7 +3,7 @@
 //   colour: the mean of the f x f block (summed row by row, then divided by f^2, as avg_pool2d);
 //   depth:  the median of the block's valid values (0 < d < inf), the mean of the two middle ones
 //           for an even count; 0 when the block has none.
-// And the depth-edge mask (depth_edge_ok).
+// And the depth-edge mask (depth_edge_ok) and the rolling-shutter unroll (unroll_pixel).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -71,6 +71,91 @@ SR_FRAME_HD bool depth_edge_ok(int64_t y, int64_t x, int64_t H, int64_t W, const
       lo = fminf(lo, ok ? e : 1e6f);
     }
   return (hi - lo) <= max_jump * d;
+}
+
+// Rolling-shutter unroll (the model is in rasterizer/frame.py, ``unroll``): the camera turns at
+// (wx, wy, wz) rad/s (camera frame); an image's row v was taken at
+// tau(v) = offset + readout * ((v + 0.5) / H - 0.5) s from the colour's middle row (colour:
+// offset 0; depth: its own time after the colour's).
+struct UnrollParams {
+  float fx, fy, cx, cy;   // pixels
+  float wx, wy, wz;       // rad/s
+  float readout;          // s, first row to last
+  float depth_offset;     // s, the depth image's time after the colour's
+  int64_t H, W;
+};
+
+// (x, y, z) rotated by the rotation vector (wx, wy, wz) * t (rad; Rodrigues).
+SR_FRAME_HD void rotate_by_rate(const UnrollParams& p, float t, float& x, float& y, float& z) {
+  const float ax = p.wx * t, ay = p.wy * t, az = p.wz * t;
+  const float a = sqrtf(ax * ax + ay * ay + az * az);
+  if (!(a > 1e-12f)) return;
+  const float kx = ax / a, ky = ay / a, kz = az / a, s = sinf(a), c = cosf(a);
+  const float kd = (kx * x + ky * y + kz * z) * (1.f - c);
+  const float rx = x * c + (ky * z - kz * y) * s + kx * kd;
+  const float ry = y * c + (kz * x - kx * z) * s + ky * kd;
+  const float rz = z * c + (kx * y - ky * x) * s + kz * kd;
+  x = rx;
+  y = ry;
+  z = rz;
+}
+
+SR_FRAME_HD float unroll_row_time(const UnrollParams& p, float offset, float v) {
+  return offset + p.readout * ((v + 0.5f) / (float)p.H - 0.5f);
+}
+
+// Where an image with row times offset + ... recorded the middle-row camera's ray through pixel
+// (x, y): its ray turned back by exp(w tau), tau from the output row, then once more from the row
+// found (one fixed-point step). Returns false when the ray turns behind the camera; else the
+// source pixel (us, vs), its normalised ray (nx, ny, 1) in the recording camera and its tau.
+SR_FRAME_HD bool unroll_source(const UnrollParams& p, float offset, int64_t x, int64_t y, float& us,
+                               float& vs, float& nx, float& ny, float& tau) {
+  const float dx = ((float)x - p.cx) / p.fx, dy = ((float)y - p.cy) / p.fy;
+  float row = (float)y;
+  for (int step = 0; step < 2; ++step) {
+    float rx = dx, ry = dy, rz = 1.f;
+    rotate_by_rate(p, -unroll_row_time(p, offset, row), rx, ry, rz);
+    if (!(rz > 1e-6f)) return false;
+    nx = rx / rz;
+    ny = ry / rz;
+    us = nx * p.fx + p.cx;
+    vs = ny * p.fy + p.cy;
+    row = vs;
+  }
+  tau = unroll_row_time(p, offset, vs);
+  return isfinite(us) && isfinite(vs);
+}
+
+// Output pixel (y, x) of the unrolled frame from colour (H, W, 3) and depth (H, W) row-major:
+// colour bilinear at its source (coordinates clamped to the image: border), depth nearest at its
+// own source (0 outside the image), that point's z then in the middle row's camera. A ray that
+// turns behind the camera keeps the pixel's colour and gets depth 0.
+SR_FRAME_HD void unroll_pixel(int64_t y, int64_t x, const UnrollParams& p, const float* color,
+                              const float* depth, float* out_color, float* out_depth) {
+  const int64_t o = y * p.W + x;
+  float us, vs, nx, ny, tau;
+  if (unroll_source(p, 0.f, x, y, us, vs, nx, ny, tau)) {
+    const float u = fminf(fmaxf(us, 0.f), (float)(p.W - 1)), v = fminf(fmaxf(vs, 0.f), (float)(p.H - 1));
+    const int64_t u0 = (int64_t)floorf(u), v0 = (int64_t)floorf(v);
+    const int64_t u1 = u0 + 1 < p.W ? u0 + 1 : u0, v1 = v0 + 1 < p.H ? v0 + 1 : v0;
+    const float fu = u - (float)u0, fv = v - (float)v0;
+    for (int k = 0; k < 3; ++k) {
+      const float top = color[3 * (v0 * p.W + u0) + k] * (1.f - fu) + color[3 * (v0 * p.W + u1) + k] * fu;
+      const float bot = color[3 * (v1 * p.W + u0) + k] * (1.f - fu) + color[3 * (v1 * p.W + u1) + k] * fu;
+      out_color[3 * o + k] = top * (1.f - fv) + bot * fv;
+    }
+  } else {
+    for (int k = 0; k < 3; ++k) out_color[3 * o + k] = color[3 * o + k];
+  }
+  out_depth[o] = 0.f;
+  if (!unroll_source(p, p.depth_offset, x, y, us, vs, nx, ny, tau)) return;
+  const float ur = rintf(us), vr = rintf(vs);
+  if (!(ur >= 0.f && ur <= (float)(p.W - 1) && vr >= 0.f && vr <= (float)(p.H - 1))) return;
+  const float z = depth[(int64_t)vr * p.W + (int64_t)ur];
+  if (!(z > 0.f)) return;
+  float px = nx * z, py = ny * z, pz = z;   // the recorded point, in its row's camera
+  rotate_by_rate(p, tau, px, py, pz);       // ... in the middle row's camera
+  out_depth[o] = pz;
 }
 
 }  // namespace sr

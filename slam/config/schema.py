@@ -26,6 +26,9 @@ class DataConfig:
     rolling_shutter_s: float = 0.0  # s, the sensor's readout from the first row to the last (0: global
                                     # shutter); the tracker then resamples each frame into its middle
                                     # row's camera from the recent turn rate (slam/tracking/rolling_shutter.py)
+    sync_depth: bool = False        # a depth image taken apart from its colour (the source's
+                                    # depth_timestamp: TUM's depth.txt) is turned to the colour's time
+                                    # by the recent turn rate (slam/tracking/rolling_shutter.py)
     # Unregistered colour (7-Scenes, raw Kinect v1): the colour camera's [fx, fy, cx, cy] and the
     # depth-to-colour translation [tx, ty, tz] (m); colour is resampled into the depth camera.
     # slam_color_registration estimates both from the data.

@@ -28,6 +28,8 @@ class Frame:
                 images (None when the images are undistorted)
     gt_pose:    optional (4, 4) float64 ground-truth camera-to-world pose T_wc
     source_id:  free text naming where the frame came from (file name, bag stamp)
+    depth_timestamp: optional float, seconds: when the depth image was taken, where the source
+                knows it apart from the colour's (TUM's depth.txt; None: at ``timestamp``)
     """
 
     index: int
@@ -38,6 +40,12 @@ class Frame:
     distortion: Optional[np.ndarray] = None
     gt_pose: Optional[np.ndarray] = None
     source_id: str = ""
+    depth_timestamp: Optional[float] = None
+
+    @property
+    def depth_offset_s(self) -> float:
+        """Seconds from the colour to the depth image (0.0 when the source gives one time)."""
+        return 0.0 if self.depth_timestamp is None else float(self.depth_timestamp) - float(self.timestamp)
 
     @property
     def height(self) -> int:
@@ -76,6 +84,8 @@ def validate_frame(frame: Frame) -> Frame:
         pose = np.asarray(frame.gt_pose)
         if pose.shape != (4, 4) or not np.all(np.isfinite(pose)):
             raise FrameError(f"{where}: ground-truth pose must be a finite 4x4 matrix")
+    if frame.depth_timestamp is not None and not np.isfinite(frame.depth_timestamp):
+        raise FrameError(f"{where}: depth timestamp must be finite, got {frame.depth_timestamp}")
     bad = ~np.isfinite(depth) | (depth < 0)
     if bad.any():
         depth = np.where(bad, np.float32(0), depth).astype(np.float32)

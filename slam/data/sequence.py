@@ -42,6 +42,7 @@ class Entry:
     depth: Path
     pose: Optional[np.ndarray] = None      # (4, 4) T_wc if already known
     pose_file: Optional[Path] = None       # read lazily (7-Scenes keeps one file per frame)
+    depth_timestamp: Optional[float] = None  # s, when the depth was taken, if not at ``timestamp``
 
 
 def select(n: int, first: int = 0, last: Optional[int] = None, stride: int = 1) -> range:
@@ -107,7 +108,8 @@ class SequenceSource(FrameSource):
             raise SkipFrame(f"{entry.depth}: depth has no valid pixel (all 0/65535/NaN)")
         color, depth, K = self.pre(color, depth)
         frame = Frame(index=index, timestamp=float(entry.timestamp), color=color, depth=depth, K=K,
-                      distortion=None, gt_pose=self._read_pose(entry), source_id=str(entry.color))
+                      distortion=None, gt_pose=self._read_pose(entry), source_id=str(entry.color),
+                      depth_timestamp=entry.depth_timestamp)
         return validate_frame(frame)
 
     def _frames(self) -> Iterator[Frame]:

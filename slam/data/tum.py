@@ -8,7 +8,8 @@ Association: each colour image is paired with the depth image of nearest timesta
 ``max_time_diff`` (one-to-one; the closer colour wins a contested depth image). Ground truth is
 interpolated (linear translation, slerp rotation) between the bracketing samples when the nearest
 sample lies within ``max_time_diff``; otherwise the frame has ``gt_pose = None`` (TUM ground truth
-often starts after the images do).
+often starts after the images do). The frame's ``timestamp`` is the colour's, ``depth_timestamp``
+its depth image's (Kinect v1 in fr1: 6-15 ms later, what ``data.sync_depth`` turns back).
 
 Intrinsics, first that applies: ``data.intrinsics`` (+ ``data.distortion``, default none) >
 ``<seq>/camera.yaml`` (fx, fy, cx, cy, optional distortion [k1 k2 p1 p2 k3], depth_scale, width,
@@ -272,7 +273,8 @@ class TumSource(SequenceSource):
         entries = []
         for i in np.flatnonzero(match >= 0):
             pose = interpolate_pose(self.gt_t, self.gt_rows, rgb_t[i], max_time_diff)
-            entries.append(Entry(float(rgb_t[i]), folder / rgb_names[i], folder / dep_names[match[i]], pose))
+            entries.append(Entry(float(rgb_t[i]), folder / rgb_names[i], folder / dep_names[match[i]], pose,
+                                 depth_timestamp=float(dep_t[match[i]])))
         super().__init__(entries, calib.K, calib.distortion, calib.depth_units, first=first, last=last,
                          stride=stride, downscale=downscale, expected_size=calib.size, where=str(folder),
                          color_camera=color_camera)

@@ -153,7 +153,9 @@ class SlamSystem:
         ``obs``: the frame's ``observation``, when it was staged ahead (``slam.runtime.staging``)."""
         t0, c0 = time.perf_counter(), time.thread_time()
         obs = self.observation(frame) if obs is None else obs
-        obs = self.frontend.unrolled(obs)  # rolling shutter (data.rolling_shutter_s); also the keyframe's images
+        # Rolling shutter and the depth's own time (data.rolling_shutter_s, data.sync_depth); also
+        # the keyframe's images.
+        obs = self.frontend.unrolled(obs, frame.depth_offset_s)
         snap = self.smap.latest()
         self.frontend.follow_map(snap)     # the reference keyframe's refined / corrected pose
         res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)

@@ -55,6 +55,7 @@ class TrackingFrontend:
         self.reinit = Reinitialiser(cfg.reinit)
         self.clock = StreamClock(cfg.reinit.gap_factor, cfg.system.slow_stream_interval_s)
         self.readout_s = cfg.data.rolling_shutter_s
+        self.sync_depth = cfg.data.sync_depth
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
         self.attempts = BackgroundAttempts(cfg.system.threaded)
@@ -109,16 +110,19 @@ class TrackingFrontend:
         self.saved_map = self._relocaliser(keyframes)
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
 
-    def unrolled(self, obs: Observation) -> Observation:
-        """``obs`` resampled into its middle row's camera (``data.rolling_shutter_s`` > 0), turned
-        back at the rate of the tracker's last good motion (``slam.tracking.rolling_shutter``);
-        as it is without that rate (the first frames, after a relocalisation) or a readout."""
-        if self.readout_s <= 0:
+    def unrolled(self, obs: Observation, depth_offset_s: float = 0.0) -> Observation:
+        """``obs`` resampled into its colour's middle row's camera (``data.rolling_shutter_s`` > 0)
+        and its depth, taken ``depth_offset_s`` s after the colour, turned to the colour's time
+        (``data.sync_depth``), at the rate of the tracker's last good motion
+        (``slam.tracking.rolling_shutter``); as it is without that rate (the first frames, after a
+        relocalisation) or anything to turn back."""
+        offset = depth_offset_s if self.sync_depth else 0.0
+        if self.readout_s <= 0 and offset == 0.0:
             return obs
         t = self.tracker
         dt = None if None in (t.prev_t, t.prev2_t) else t.prev_t - t.prev2_t
         omega = body_rate(t.prev2, t.prev, dt)
-        return obs if omega is None else unroll(obs, omega, self.readout_s)
+        return obs if omega is None else unroll(obs, omega, self.readout_s, offset)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
                 gt_pose: Optional[np.ndarray] = None) -> TrackResult:
