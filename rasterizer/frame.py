@@ -29,8 +29,9 @@ Rolling-shutter unroll (``unroll``): a frame whose rows were exposed one after a
 into the camera of its colour's middle row. The camera turns at omega (rad/s, camera frame); row v
 of an image was taken at
 
-    tau(v) = offset + readout * ((v + 0.5) / H - 0.5)      (s; colour: offset 0; depth: the depth
-                                                            image's time after the colour's)
+    tau(v) = offset + readout * ((v + 0.5) / H - 0.5)      (s; colour: its readout, offset 0;
+                                                            depth: its own readout, and its time
+                                                            after the colour's)
 
 when the camera had turned by exp(omega tau) from the middle row's orientation. For output pixel
 (x, y), ray r = ((x - cx) / fx, (y - cy) / fy, 1) of the middle row's camera, per image:
@@ -136,7 +137,7 @@ def _rotate_by_rate(omega: Sequence[float], t: torch.Tensor, d: torch.Tensor) ->
 
 
 def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float],
-                     omega: Sequence[float], readout_s: float,
+                     omega: Sequence[float], color_readout_s: float, depth_readout_s: float,
                      depth_offset_s: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The unroll with PyTorch ops (the oracle of the tests; the model above)."""
     fx, fy, cx, cy = (float(k) for k in intrinsics)
@@ -145,7 +146,7 @@ def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Seque
                           torch.arange(W, device=depth.device, dtype=torch.float32), indexing="ij")
     ray = torch.stack([(u - cx) / fx, (v - cy) / fy, torch.ones_like(u)], -1)
 
-    def source(offset: float):
+    def source(offset: float, readout_s: float):
         row, n, ok = v, None, torch.ones_like(v, dtype=torch.bool)
         for _ in range(2):
             d = _rotate_by_rate(omega, -(offset + readout_s * ((row + 0.5) / H - 0.5)), ray)
@@ -156,13 +157,13 @@ def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Seque
         ok = ok & torch.isfinite(us) & torch.isfinite(vs)
         return us, vs, n, ok, offset + readout_s * ((vs + 0.5) / H - 0.5)
 
-    us, vs, _, ok, _ = source(0.0)
+    us, vs, _, ok, _ = source(0.0, float(color_readout_s))
     grid = torch.stack([(us + 0.5) / W * 2 - 1, (vs + 0.5) / H * 2 - 1], -1)
     grid = torch.where(ok[..., None], grid, torch.zeros_like(grid))[None]
     sampled = F.grid_sample(color.permute(2, 0, 1)[None], grid, mode="bilinear", padding_mode="border",
                             align_corners=False)[0].permute(1, 2, 0)
     out_color = torch.where(ok[..., None], sampled, color).contiguous()
-    us, vs, n, ok, tau = source(float(depth_offset_s))
+    us, vs, n, ok, tau = source(float(depth_offset_s), float(depth_readout_s))
     grid = torch.stack([(us + 0.5) / W * 2 - 1, (vs + 0.5) / H * 2 - 1], -1)
     grid = torch.where(ok[..., None], grid, torch.zeros_like(grid))[None]
     z = F.grid_sample(depth[None, None], grid, mode="nearest", padding_mode="zeros", align_corners=False)[0, 0]
@@ -172,12 +173,14 @@ def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Seque
 
 
 def unroll(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float], omega: Sequence[float],
-           readout_s: float, depth_offset_s: float = 0.0, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+           color_readout_s: float, depth_readout_s: float, depth_offset_s: float = 0.0,
+           backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``color`` (H, W, 3) float32 and ``depth`` (H, W) float32 metres (0 = invalid), on one device,
     as the colour's middle row's camera would have seen them (the model above): the camera turning
-    at ``omega`` (3,) rad/s (camera frame), rows read out over ``readout_s`` s, the depth image
-    taken ``depth_offset_s`` s after the colour. ``intrinsics``: (fx, fy, cx, cy) pixels. Returns
-    new (colour (H, W, 3), depth (H, W)). ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
+    at ``omega`` (3,) rad/s (camera frame), the colour's rows read out over ``color_readout_s`` s,
+    the depth's over ``depth_readout_s`` s, the depth image taken ``depth_offset_s`` s after the
+    colour. ``intrinsics``: (fx, fy, cx, cy) pixels. Returns new (colour (H, W, 3), depth (H, W)).
+    ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
     if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
         raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
     if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
@@ -187,7 +190,8 @@ def unroll(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float]
         raise ValueError(f"intrinsics must be (fx, fy, cx, cy) and omega (3,), got {len(intrinsics)} and {len(omega)}")
     kind = _ext.resolve_backend(backend, color, what="color")
     if kind == "reference":
-        return unroll_reference(color, depth, intrinsics, omega, readout_s, depth_offset_s)
-    params = [float(k) for k in intrinsics] + [float(w) for w in omega] + [float(readout_s), float(depth_offset_s)]
+        return unroll_reference(color, depth, intrinsics, omega, color_readout_s, depth_readout_s, depth_offset_s)
+    params = ([float(k) for k in intrinsics] + [float(w) for w in omega]
+              + [float(color_readout_s), float(depth_readout_s), float(depth_offset_s)])
     out = _ext.ops(kind).unroll(color.contiguous(), depth.contiguous(), params)
     return out[0], out[1]

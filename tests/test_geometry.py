@@ -157,3 +157,27 @@ def test_tracker_motion_prior_uses_the_real_time_step():
             assert np.isclose(relative_motion(step, tracker.guess(3 * interval))[1], 0.04)
         far = tracker.guess(interval + 10.0)                                   # a long dropout: capped
         assert np.isclose(relative_motion(step, far)[1], 0.02 * (interval + MAX_EXTRAPOLATION_S) / interval)
+
+
+def test_the_motion_model_follows_flagged_frames_whose_colour_agrees():
+    """A frame flagged only by the depth-inlier floor with its colour inliers above their floor
+    moves the motion model (not the last good pose); a frame flagged otherwise does not."""
+    from slam.config import load_config
+    from slam.tracking.quality import TrackQuality, judge
+    from slam.tracking.result import TrackResult
+    from slam.tracking.tracker import Tracker
+
+    cfg = load_config("default.yaml")
+    step = pose_from_increment([0.0, 0.02, 0.0, 0.01, 0.0, 0.0])
+    for colour, follows in ((0.9, True), (0.3, False)):
+        tracker = Tracker(cfg.tracking, cfg.quality)
+        tracker.initialise(np.eye(4), 0.0)
+        tracker.prev2, tracker.prev2_t, tracker.prev, tracker.prev_t = np.eye(4), 0.0, step, 1 / 30
+        q = TrackQuality(known=0.9, depth_inliers=0.45, color_inliers=colour)
+        reason = judge(q, 0.3, cfg.tracking.min_known_fraction, cfg.quality)
+        assert reason.startswith("depth inliers")
+        res = TrackResult(step @ step, 0.3, 0.9, False, False, 5, quality=q, reason=reason)
+        tracker._update_history(res, 2 / 30)
+        assert tracker.failures == 1 and np.allclose(tracker.last_good, np.eye(4))
+        assert np.allclose(tracker.prev, step @ step if follows else step)
+        assert tracker.prev_t == (2 / 30 if follows else 1 / 30)

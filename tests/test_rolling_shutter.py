@@ -79,6 +79,8 @@ def test_body_rate_from_two_poses():
 def test_readout_is_checked():
     with pytest.raises(ConfigError, match="rolling_shutter_s"):
         load_config("default.yaml", ["data.rolling_shutter_s=-0.01"])
+    with pytest.raises(ConfigError, match="depth_rolling_shutter_s"):
+        load_config("default.yaml", ["data.depth_rolling_shutter_s=1.5"])
 
 
 def test_a_depth_image_taken_after_its_colour_is_turned_to_the_colour_time():

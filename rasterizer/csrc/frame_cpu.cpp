@@ -56,7 +56,8 @@ std::vector<at::Tensor> unroll_cpu(const at::Tensor& color, const at::Tensor& de
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   m.def("downsample(Tensor color, Tensor depth, int factor) -> Tensor[]");
   m.def("depth_edge_mask(Tensor depth, float max_jump) -> Tensor");
-  // params: fx, fy, cx, cy (pixels), wx, wy, wz (rad/s), readout (s), depth offset (s)
+  // params: fx, fy, cx, cy (pixels), wx, wy, wz (rad/s), colour readout, depth readout, depth
+  // offset (s)
   m.def("unroll(Tensor color, Tensor depth, float[] params) -> Tensor[]");
 }
 

@@ -75,12 +75,13 @@ SR_FRAME_HD bool depth_edge_ok(int64_t y, int64_t x, int64_t H, int64_t W, const
 
 // Rolling-shutter unroll (the model is in rasterizer/frame.py, ``unroll``): the camera turns at
 // (wx, wy, wz) rad/s (camera frame); an image's row v was taken at
-// tau(v) = offset + readout * ((v + 0.5) / H - 0.5) s from the colour's middle row (colour:
-// offset 0; depth: its own time after the colour's).
+// tau(v) = offset + readout * ((v + 0.5) / H - 0.5) s from the colour's middle row (colour: its
+// readout, offset 0; depth: its own readout, and its time after the colour's).
 struct UnrollParams {
   float fx, fy, cx, cy;   // pixels
   float wx, wy, wz;       // rad/s
-  float readout;          // s, first row to last
+  float color_readout;    // s, first row to last
+  float depth_readout;    // s, first row to last
   float depth_offset;     // s, the depth image's time after the colour's
   int64_t H, W;
 };
@@ -100,21 +101,21 @@ SR_FRAME_HD void rotate_by_rate(const UnrollParams& p, float t, float& x, float&
   z = rz;
 }
 
-SR_FRAME_HD float unroll_row_time(const UnrollParams& p, float offset, float v) {
-  return offset + p.readout * ((v + 0.5f) / (float)p.H - 0.5f);
+SR_FRAME_HD float unroll_row_time(const UnrollParams& p, float offset, float readout, float v) {
+  return offset + readout * ((v + 0.5f) / (float)p.H - 0.5f);
 }
 
-// Where an image with row times offset + ... recorded the middle-row camera's ray through pixel
+// Where an image with row times offset + readout * ... recorded the middle-row camera's ray through pixel
 // (x, y): its ray turned back by exp(w tau), tau from the output row, then once more from the row
 // found (one fixed-point step). Returns false when the ray turns behind the camera; else the
 // source pixel (us, vs), its normalised ray (nx, ny, 1) in the recording camera and its tau.
-SR_FRAME_HD bool unroll_source(const UnrollParams& p, float offset, int64_t x, int64_t y, float& us,
-                               float& vs, float& nx, float& ny, float& tau) {
+SR_FRAME_HD bool unroll_source(const UnrollParams& p, float offset, float readout, int64_t x,
+                               int64_t y, float& us, float& vs, float& nx, float& ny, float& tau) {
   const float dx = ((float)x - p.cx) / p.fx, dy = ((float)y - p.cy) / p.fy;
   float row = (float)y;
   for (int step = 0; step < 2; ++step) {
     float rx = dx, ry = dy, rz = 1.f;
-    rotate_by_rate(p, -unroll_row_time(p, offset, row), rx, ry, rz);
+    rotate_by_rate(p, -unroll_row_time(p, offset, readout, row), rx, ry, rz);
     if (!(rz > 1e-6f)) return false;
     nx = rx / rz;
     ny = ry / rz;
@@ -122,7 +123,7 @@ SR_FRAME_HD bool unroll_source(const UnrollParams& p, float offset, int64_t x, i
     vs = ny * p.fy + p.cy;
     row = vs;
   }
-  tau = unroll_row_time(p, offset, vs);
+  tau = unroll_row_time(p, offset, readout, vs);
   return isfinite(us) && isfinite(vs);
 }
 
@@ -134,7 +135,7 @@ SR_FRAME_HD void unroll_pixel(int64_t y, int64_t x, const UnrollParams& p, const
                               const float* depth, float* out_color, float* out_depth) {
   const int64_t o = y * p.W + x;
   float us, vs, nx, ny, tau;
-  if (unroll_source(p, 0.f, x, y, us, vs, nx, ny, tau)) {
+  if (unroll_source(p, 0.f, p.color_readout, x, y, us, vs, nx, ny, tau)) {
     const float u = fminf(fmaxf(us, 0.f), (float)(p.W - 1)), v = fminf(fmaxf(vs, 0.f), (float)(p.H - 1));
     const int64_t u0 = (int64_t)floorf(u), v0 = (int64_t)floorf(v);
     const int64_t u1 = u0 + 1 < p.W ? u0 + 1 : u0, v1 = v0 + 1 < p.H ? v0 + 1 : v0;
@@ -148,7 +149,7 @@ SR_FRAME_HD void unroll_pixel(int64_t y, int64_t x, const UnrollParams& p, const
     for (int k = 0; k < 3; ++k) out_color[3 * o + k] = color[3 * o + k];
   }
   out_depth[o] = 0.f;
-  if (!unroll_source(p, p.depth_offset, x, y, us, vs, nx, ny, tau)) return;
+  if (!unroll_source(p, p.depth_offset, p.depth_readout, x, y, us, vs, nx, ny, tau)) return;
   const float ur = rintf(us), vr = rintf(vs);
   if (!(ur >= 0.f && ur <= (float)(p.W - 1) && vr >= 0.f && vr <= (float)(p.H - 1))) return;
   const float z = depth[(int64_t)vr * p.W + (int64_t)ur];

@@ -163,16 +163,18 @@ inline void check_depth_image(const at::Tensor& depth, bool cuda) {
   TORCH_CHECK(depth.dim() == 2, "depth must be (H, W)");
 }
 
-// The unroll's images and its 9 params (fx, fy, cx, cy, wx, wy, wz, readout, depth offset).
+// The unroll's images and its 10 params (fx, fy, cx, cy, wx, wy, wz, colour readout, depth
+// readout, depth offset).
 inline UnrollParams check_unroll_args(const at::Tensor& color, const at::Tensor& depth,
                                       c10::ArrayRef<double> q, bool cuda) {
   check_images(color, depth, 1, cuda);
-  TORCH_CHECK(q.size() == 9, "unroll takes 9 params (fx, fy, cx, cy, wx, wy, wz, readout, depth offset), got ",
-              q.size());
+  TORCH_CHECK(q.size() == 10,
+              "unroll takes 10 params (fx, fy, cx, cy, wx, wy, wz, colour readout, depth readout, "
+              "depth offset), got ", q.size());
   TORCH_CHECK(q[0] > 0 && q[1] > 0, "fx and fy must be > 0");
   return UnrollParams{(float)q[0], (float)q[1], (float)q[2], (float)q[3], (float)q[4],
-                      (float)q[5], (float)q[6], (float)q[7], (float)q[8], depth.size(0),
-                      depth.size(1)};
+                      (float)q[5], (float)q[6], (float)q[7], (float)q[8], (float)q[9],
+                      depth.size(0), depth.size(1)};
 }
 
 }  // namespace sr

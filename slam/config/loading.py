@@ -232,8 +232,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.first: must be >= 0, got {cfg.data.first}")
     if cfg.data.last is not None and cfg.data.last <= cfg.data.first:
         raise ConfigError(f"data.last: must be > data.first ({cfg.data.first}), got {cfg.data.last}")
-    if not 0.0 <= cfg.data.rolling_shutter_s < 1.0:
-        raise ConfigError(f"data.rolling_shutter_s: the readout in seconds, in [0, 1), got {cfg.data.rolling_shutter_s}")
+    for key in ("rolling_shutter_s", "depth_rolling_shutter_s"):
+        value = getattr(cfg.data, key)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ConfigError(f"data.{key}: the readout in seconds, in [0, 1), got {value}")
     if cfg.data.intrinsics is not None and len(cfg.data.intrinsics) != 4:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:

@@ -55,6 +55,8 @@ class TrackingFrontend:
         self.reinit = Reinitialiser(cfg.reinit)
         self.clock = StreamClock(cfg.reinit.gap_factor, cfg.system.slow_stream_interval_s)
         self.readout_s = cfg.data.rolling_shutter_s
+        self.depth_readout_s = (cfg.data.rolling_shutter_s if cfg.data.depth_rolling_shutter_s is None
+                                else cfg.data.depth_rolling_shutter_s)
         self.sync_depth = cfg.data.sync_depth
         self.saved_map: Optional[Relocaliser] = None   # set by use_saved_map
         self.relocalisations: list[RelocResult] = []
@@ -111,18 +113,18 @@ class TrackingFrontend:
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
 
     def unrolled(self, obs: Observation, depth_offset_s: float = 0.0) -> Observation:
-        """``obs`` resampled into its colour's middle row's camera (``data.rolling_shutter_s`` > 0)
-        and its depth, taken ``depth_offset_s`` s after the colour, turned to the colour's time
-        (``data.sync_depth``), at the rate of the tracker's last good motion
+        """``obs`` resampled into its colour's middle row's camera (``data.rolling_shutter_s``,
+        ``data.depth_rolling_shutter_s``) and its depth, taken ``depth_offset_s`` s after the
+        colour, turned to the colour's time (``data.sync_depth``), at the rate of the tracker's last motion
         (``slam.tracking.rolling_shutter``); as it is without that rate (the first frames, after a
         relocalisation) or anything to turn back."""
         offset = depth_offset_s if self.sync_depth else 0.0
-        if self.readout_s <= 0 and offset == 0.0:
+        if self.readout_s <= 0 and self.depth_readout_s <= 0 and offset == 0.0:
             return obs
         t = self.tracker
         dt = None if None in (t.prev_t, t.prev2_t) else t.prev_t - t.prev2_t
         omega = body_rate(t.prev2, t.prev, dt)
-        return obs if omega is None else unroll(obs, omega, self.readout_s, offset)
+        return obs if omega is None else unroll(obs, omega, self.readout_s, offset, self.depth_readout_s)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
                 gt_pose: Optional[np.ndarray] = None) -> TrackResult:
@@ -130,7 +132,7 @@ class TrackingFrontend:
         against ``snap`` (None before the first keyframe is mapped: this frame then defines the
         world, at its ground-truth pose when known)."""
         prior = self.tracker.guess(timestamp) if self.tracker.prev is not None else None
-        last = self.tracker.last_good if prior is not None else None
+        last = self.tracker.prev if prior is not None else None   # where the prior extrapolates from
         gap = self.clock.tick(timestamp)
         why = self.reinit.untrusted(gap, self.clock.slow, prior, last)
         if snap is None:

@@ -43,6 +43,7 @@ NAN = float("nan")
 HISTORY = 10
 MIN_HISTORY = 5
 RELATIVE = "residual spike"
+DEPTH_FLOOR = "depth inliers"
 
 
 @dataclass
@@ -104,7 +105,7 @@ def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig,
     if not q.known >= min_known:      # NaN (not measured) fails too
         return f"coverage: the map covers {q.known:.0%} of the valid depth (< {min_known:.0%})"
     if not q.depth_inliers >= cfg.min_depth_inliers:
-        return f"depth inliers: {q.depth_inliers:.0%} (< {cfg.min_depth_inliers:.0%})"
+        return f"{DEPTH_FLOOR}: {q.depth_inliers:.0%} (< {cfg.min_depth_inliers:.0%})"
     if not q.color_inliers >= cfg.min_color_inliers:
         return f"colour inliers: {q.color_inliers:.0%} (< {cfg.min_color_inliers:.0%})"
     recent = level.loss() if level is not None else None
@@ -117,3 +118,12 @@ def judge(q: TrackQuality, loss: float, min_known: float, cfg: QualityConfig,
         return (f"{RELATIVE} with few depth inliers: {loss:.3f} above {cfg.weak_spike:g} x the recent median "
                 f"{recent:.3f} and depth inliers {q.depth_inliers:.0%} (< {cfg.weak_depth_inliers:.0%})")
     return None
+
+
+def colour_agrees(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) -> bool:
+    """A frame flagged only by the depth-inlier floor (``reason``, from ``judge``) whose colour
+    inliers pass their own floor: the map's colours agree with the pose while its depth does not
+    (a view turning onto ground the map has barely seen, depth noise, the depth's own timing). On
+    TUM fr1/rpy such streaks (depth inliers 42-48 %, colour 75-96 %) were the detector's false
+    alarms; the frame stays flagged, but the motion model follows it (``Tracker``)."""
+    return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= cfg.min_color_inliers

@@ -65,7 +65,7 @@ class Reinitialiser:
                   last: Optional[np.ndarray]) -> Optional[Distrust]:
         """Why the motion prior ``prior`` (4, 4) is not to be trusted, or None. ``gap``: seconds
         of a gap in the timestamps before this frame, or None (``StreamClock.tick``); ``slow``:
-        the stream is slow (``StreamClock.slow``); ``last``: the last good pose estimate."""
+        the stream is slow (``StreamClock.slow``); ``last``: the pose the prior extrapolates from."""
         if not self.cfg.enabled or last is None:
             return None
         if gap is not None:

@@ -48,16 +48,20 @@ def row_times(height: int, readout_s: float, rows: torch.Tensor) -> torch.Tensor
     return readout_s * ((rows + 0.5) / height - 0.5)
 
 
-def unroll(obs: Observation, omega: np.ndarray, readout_s: float, depth_offset_s: float = 0.0) -> Observation:
+def unroll(obs: Observation, omega: np.ndarray, readout_s: float, depth_offset_s: float = 0.0,
+           depth_readout_s: Optional[float] = None) -> Observation:
     """``obs`` (colour (H, W, 3), depth (H, W) metres, K (3, 3) of that size) as the colour's middle
     row's camera would have seen it, the camera turning at ``omega`` (3,) rad/s (camera frame)
-    while the rows were read out over ``readout_s`` seconds, the depth taken ``depth_offset_s`` s
-    after the colour. Pixels whose source falls outside the frame get invalid depth (0) and the
-    nearest border colour. Returns a new Observation (``obs`` itself when nothing turns); one
-    kernel, no host-to-device copy."""
-    turn = float(np.linalg.norm(omega)) * (abs(readout_s) + abs(depth_offset_s))
+    while the colour's rows were read out over ``readout_s`` seconds and the depth's over
+    ``depth_readout_s`` (None: ``readout_s``), the depth taken ``depth_offset_s`` s after the
+    colour. Pixels whose source falls outside the frame get invalid depth (0) and the nearest
+    border colour. Returns a new Observation (``obs`` itself when nothing turns); one kernel, no
+    host-to-device copy."""
+    depth_readout_s = readout_s if depth_readout_s is None else depth_readout_s
+    turn = float(np.linalg.norm(omega)) * (abs(readout_s) + abs(depth_readout_s) + abs(depth_offset_s))
     if turn < 1e-6:
         return obs
     K = (float(obs.K[0, 0]), float(obs.K[1, 1]), float(obs.K[0, 2]), float(obs.K[1, 2]))
-    color, depth = rasterizer.unroll(obs.color, obs.depth, K, [float(w) for w in omega], readout_s, depth_offset_s)
+    color, depth = rasterizer.unroll(obs.color, obs.depth, K, [float(w) for w in omega], readout_s,
+                                     depth_readout_s, depth_offset_s)
     return Observation(color, depth, obs.K)

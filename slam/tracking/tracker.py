@@ -32,7 +32,7 @@ from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
 from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
-from slam.tracking.quality import RELATIVE, RecentLevel, judge
+from slam.tracking.quality import RELATIVE, RecentLevel, colour_agrees, judge
 from slam.tracking.result import TrackResult, not_finite, rank
 
 # The motion prior extrapolates the last good motion by the time elapsed since the last good
@@ -67,9 +67,10 @@ class Tracker:
         """``backend``: the raster backend the solver runs on (``raster.backend``)."""
         self.cfg = cfg
         self.quality_cfg = quality
-        # The last two good poses (T_wc) and their timestamps (s; None when not known): the motion
-        # model. A failed frame leaves them as they are, so its successor is predicted from the
-        # last good motion and the time elapsed since (``guess``).
+        # The last two poses the motion model followed (T_wc) and their timestamps (s; None when
+        # not known): good frames, and flagged frames whose colour agrees with the map
+        # (``quality.colour_agrees``). Any other failed frame leaves them as they are, so its
+        # successor is predicted from the last motion and the time elapsed since (``guess``).
         self.prev: Optional[np.ndarray] = None
         self.prev2: Optional[np.ndarray] = None
         self.prev_t: Optional[float] = None
@@ -103,7 +104,7 @@ class Tracker:
 
     def guess(self, timestamp: Optional[float] = None) -> np.ndarray:
         """The constant-velocity prediction T_wc (4, 4) for the frame at ``timestamp`` (s): the last
-        good motion scaled by the time elapsed since the last good frame (dropped or failed frames
+        motion scaled by the time elapsed since the motion model's last frame (dropped or failed frames
         in between included; at most ``MAX_EXTRAPOLATION_S`` beyond the motion's own interval);
         without timestamps, one interval."""
         return constant_velocity_guess(self.prev2, self.prev, self._elapsed_intervals(timestamp))
@@ -167,15 +168,20 @@ class Tracker:
     def _update_history(self, r: TrackResult, timestamp: Optional[float]) -> None:
         if r.ok or (r.reason or "").startswith(RELATIVE):
             self.level.add(r.loss)
-        if r.ok:
+        if r.ok or colour_agrees(r.reason, r.quality, self.quality_cfg):
+            # The motion model (and the rolling shutter's turn rate) follows good frames and
+            # flagged frames whose colour agrees with the map: a streak of such frames at a fast
+            # turn (TUM fr1/rpy) otherwise left the prior extrapolating one stale velocity further
+            # each frame, until the tracker lost the camera.
             self.prev2, self.prev = self.prev, r.T_wc
             self.prev2_t, self.prev_t = self.prev_t, timestamp
+        if r.ok:
             self.last_good = r.T_wc
         else:
-            # The motion model keeps the last good motion: the next frame is predicted from the
-            # last good pose by the time elapsed since it (a camera turning at 65 deg/s keeps
-            # turning while a frame is flagged; holding the last pose would put the next start
-            # two frames' motion away).
+            # Otherwise the motion model keeps the last good motion: the next frame is predicted
+            # from the last good pose by the time elapsed since it (a camera turning at 65 deg/s
+            # keeps turning while a frame is flagged; holding the last pose would put the next
+            # start two frames' motion away).
             self.failures += 1
 
     def _optimise(self, levels: "Levels", snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
