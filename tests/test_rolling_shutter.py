@@ -99,3 +99,27 @@ def test_a_depth_image_taken_after_its_colour_is_turned_to_the_colour_time():
     assert np.allclose(out.color.numpy(), obs.color.numpy())        # the colour is the frame's time
     depth = out.depth.numpy()[inner]
     assert (depth > 0).all() and np.abs(depth - still_depth[inner]).max() < 2e-3
+
+
+def test_the_frontend_unrolls_only_with_a_rate_from_two_tracked_frames():
+    """The first frame's pose is set, not tracked: no turn rate (no unroll) until two frames were
+    tracked; a relocalisation (``initialise``) starts the count again."""
+    from slam.tracking.frontend import TrackingFrontend
+    from slam.tracking.quality import TrackQuality
+    from slam.tracking.result import TrackResult
+
+    cfg = load_config("tum.yaml")
+    assert cfg.data.rolling_shutter_s > 0
+    fe = TrackingFrontend(cfg, lambda: [])
+    obs = as_obs(*frame(np.zeros(3), 0.0))
+    fe.tracker.initialise(np.eye(4), 0.0)
+    unrolled = []
+    for i in (1, 2):
+        T = np.eye(4)
+        T[:3, :3] = so3_exp(np.radians([0.0, 2.0 * i, 0.0]))     # 60 deg/s at 30 Hz
+        res = TrackResult(T, 0.1, 0.9, True, False, 5, quality=TrackQuality(0.9, 0.9, 0.9))
+        fe.tracker._update_history(res, i / 30)
+        unrolled.append(fe.unrolled(obs) is not obs)
+    assert unrolled == [False, True]
+    fe.tracker.initialise(np.eye(4), 1.0)
+    assert fe.unrolled(obs) is obs

@@ -115,13 +115,18 @@ class TrackingFrontend:
     def unrolled(self, obs: Observation, depth_offset_s: float = 0.0) -> Observation:
         """``obs`` resampled into its colour's middle row's camera (``data.rolling_shutter_s``,
         ``data.depth_rolling_shutter_s``) and its depth, taken ``depth_offset_s`` s after the
-        colour, turned to the colour's time (``data.sync_depth``), at the rate of the tracker's last motion
-        (``slam.tracking.rolling_shutter``); as it is without that rate (the first frames, after a
-        relocalisation) or anything to turn back."""
+        colour, turned to the colour's time (``data.sync_depth``), at the rate of the tracker's
+        last motion (``slam.tracking.rolling_shutter``); as it is without that rate (until two
+        frames were tracked: the first frames, after a relocalisation) or anything to turn back."""
         offset = depth_offset_s if self.sync_depth else 0.0
         if self.readout_s <= 0 and self.depth_readout_s <= 0 and offset == 0.0:
             return obs
         t = self.tracker
+        if t.tracked_in_history < 2:
+            # The turn rate from two tracked poses only: the first frame's pose is set, not tracked,
+            # and the next one's, tracked from a prior without velocity, made the rate that unrolled
+            # frame 2 wrong in every TUM run (a silent failure; from frame 3 on, none).
+            return obs
         dt = None if None in (t.prev_t, t.prev2_t) else t.prev_t - t.prev2_t
         omega = body_rate(t.prev2, t.prev, dt)
         return obs if omega is None else unroll(obs, omega, self.readout_s, offset, self.depth_readout_s)

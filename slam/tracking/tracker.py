@@ -76,6 +76,7 @@ class Tracker:
         self.prev_t: Optional[float] = None
         self.prev2_t: Optional[float] = None
         self.last_good: Optional[np.ndarray] = None
+        self.tracked_in_history = 0    # how many of prev2, prev were tracked (not set by initialise)
         self.level = RecentLevel()     # the loss of the recent frames that passed the floors
         self.failures = 0
         self.recoveries = 0
@@ -88,6 +89,7 @@ class Tracker:
         at ``timestamp`` (s; None: not known). The velocity is unknown from here."""
         self.prev, self.prev2, self.last_good = T_wc.copy(), None, T_wc.copy()
         self.prev_t, self.prev2_t = timestamp, None
+        self.tracked_in_history = 0
 
     def rebase(self, C: np.ndarray) -> None:
         """Move the pose history by a world-frame correction C (4, 4) (T <- C @ T): the map's
@@ -175,6 +177,7 @@ class Tracker:
             # each frame, until the tracker lost the camera.
             self.prev2, self.prev = self.prev, r.T_wc
             self.prev2_t, self.prev_t = self.prev_t, timestamp
+            self.tracked_in_history = min(self.tracked_in_history + 1, 2)
         if r.ok:
             self.last_good = r.T_wc
         else:
