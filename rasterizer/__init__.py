@@ -53,8 +53,9 @@ packed sphere rows in one kernel (per-row step counts, per-column learning rates
 Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
 valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
 max_jump)`` the valid depth away from depth edges, in one kernel; ``unroll(color, depth, intrinsics,
-omega, color_readout_s, depth_readout_s, depth_offset_s)`` a rolling-shutter frame (and a depth image taken after its colour)
-in the camera of the colour's middle row, in one kernel (rasterizer/frame.py).
+omega, color_readout_s, depth_readout_s, depth_offset_s)`` a rolling-shutter frame (and a depth
+image taken after its colour) in the camera of the colour's middle row, in one kernel
+(rasterizer/frame.py).
 
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and

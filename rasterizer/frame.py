@@ -59,6 +59,15 @@ from . import _ext
 MAX_FACTOR = 16   # the kernels' largest block (csrc/frame_math.h); larger factors use the reference
 
 
+def _check_images(color: torch.Tensor, depth: torch.Tensor) -> None:
+    """ValueError unless ``color`` is (H, W, 3) and ``depth`` (H, W), both float32 on one device."""
+    if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
+        raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
+    if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
+        raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
+                         f"and {depth.dtype} on {depth.device}")
+
+
 def reference(color: torch.Tensor, depth: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The model with PyTorch ops (the oracle of the tests)."""
     H, W = depth.shape[0] // factor * factor, depth.shape[1] // factor * factor
@@ -86,11 +95,7 @@ def downsample(color: torch.Tensor, depth: torch.Tensor, factor: int,
     factor = int(factor)
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor}")
-    if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
-        raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
-    if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
-        raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
-                         f"and {depth.dtype} on {depth.device}")
+    _check_images(color, depth)
     kind = "reference" if backend == "auto" and factor > MAX_FACTOR else _ext.resolve_backend(backend, color, what="color")
     if kind == "reference":
         return reference(color, depth, factor)
@@ -121,6 +126,12 @@ def depth_edge_mask(depth: torch.Tensor, max_jump: float = 0.1, backend: str = "
     return _ext.ops(kind).depth_edge_mask(depth.contiguous(), float(max_jump))
 
 
+def row_times(height: int, readout_s: float, rows: torch.Tensor, offset_s: float = 0.0) -> torch.Tensor:
+    """tau (s) of (fractional) pixel rows ``rows`` of an image of ``height`` rows read out over
+    ``readout_s`` and taken ``offset_s`` after the colour's middle row (the model above)."""
+    return offset_s + readout_s * ((rows + 0.5) / height - 0.5)
+
+
 def _rotate_by_rate(omega: Sequence[float], t: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """Vectors d (..., 3) rotated by the rotation vector omega * t (rad; t (...) s, Rodrigues)."""
     speed = math.sqrt(sum(float(w) * float(w) for w in omega))
@@ -149,13 +160,13 @@ def unroll_reference(color: torch.Tensor, depth: torch.Tensor, intrinsics: Seque
     def source(offset: float, readout_s: float):
         row, n, ok = v, None, torch.ones_like(v, dtype=torch.bool)
         for _ in range(2):
-            d = _rotate_by_rate(omega, -(offset + readout_s * ((row + 0.5) / H - 0.5)), ray)
+            d = _rotate_by_rate(omega, -row_times(H, readout_s, row, offset), ray)
             ok = ok & (d[..., 2] > 1e-6)
             n = d / torch.where(ok, d[..., 2], torch.ones_like(row))[..., None]
             row = n[..., 1] * fy + cy
         us, vs = n[..., 0] * fx + cx, n[..., 1] * fy + cy
         ok = ok & torch.isfinite(us) & torch.isfinite(vs)
-        return us, vs, n, ok, offset + readout_s * ((vs + 0.5) / H - 0.5)
+        return us, vs, n, ok, row_times(H, readout_s, vs, offset)
 
     us, vs, _, ok, _ = source(0.0, float(color_readout_s))
     grid = torch.stack([(us + 0.5) / W * 2 - 1, (vs + 0.5) / H * 2 - 1], -1)
@@ -181,11 +192,7 @@ def unroll(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float]
     the depth's over ``depth_readout_s`` s, the depth image taken ``depth_offset_s`` s after the
     colour. ``intrinsics``: (fx, fy, cx, cy) pixels. Returns new (colour (H, W, 3), depth (H, W)).
     ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
-    if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
-        raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
-    if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
-        raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
-                         f"and {depth.dtype} on {depth.device}")
+    _check_images(color, depth)
     if len(intrinsics) != 4 or len(omega) != 3:
         raise ValueError(f"intrinsics must be (fx, fy, cx, cy) and omega (3,), got {len(intrinsics)} and {len(omega)}")
     kind = _ext.resolve_backend(backend, color, what="color")

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from rasterizer.frame import row_times
 from slam.config import ConfigError, load_config
 from slam.geometry import so3_exp
 from slam.observation import Observation
-from slam.tracking.rolling_shutter import body_rate, row_times, unroll
+from slam.tracking.rolling_shutter import body_rate, unroll
 
 H, W = 120, 160
 K = np.array([[130.0, 0.0, 80.0], [0.0, 130.0, 60.0], [0.0, 0.0, 1.0]])

@@ -32,7 +32,7 @@ from slam.tracking.lost import LostPolicy
 from slam.tracking.reinit import Distrust, Reinitialiser
 from slam.tracking.relocalise import Relocaliser, RelocResult
 from slam.tracking.result import TrackResult
-from slam.tracking.rolling_shutter import body_rate, unroll
+from slam.tracking.rolling_shutter import unroll
 from slam.tracking.stream_clock import StreamClock
 from slam.tracking.tracker import Tracker
 
@@ -121,14 +121,7 @@ class TrackingFrontend:
         offset = depth_offset_s if self.sync_depth else 0.0
         if self.readout_s <= 0 and self.depth_readout_s <= 0 and offset == 0.0:
             return obs
-        t = self.tracker
-        if t.tracked_in_history < 2:
-            # The turn rate from two tracked poses only: the first frame's pose is set, not tracked,
-            # and the next one's, tracked from a prior without velocity, made the rate that unrolled
-            # frame 2 wrong in every TUM run (a silent failure; from frame 3 on, none).
-            return obs
-        dt = None if None in (t.prev_t, t.prev2_t) else t.prev_t - t.prev2_t
-        omega = body_rate(t.prev2, t.prev, dt)
+        omega = self.tracker.turn_rate()
         return obs if omega is None else unroll(obs, omega, self.readout_s, offset, self.depth_readout_s)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,

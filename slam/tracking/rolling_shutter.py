@@ -14,7 +14,8 @@ kernel; its docstring has the exact model): per output pixel, its ray turned bac
 depth's z then expressed in the middle row's camera. Only the rotation is undone: its image motion
 does not depend on depth, and the camera's translation within one readout (a few millimetres at
 walking pace) moves the image far less than a turn at tens of degrees per second does. ``omega``
-comes from the tracker's last two good poses (``body_rate``).
+comes from the motion model's last two poses once two frames were tracked (``Tracker.turn_rate``,
+``body_rate``).
 
 The same resampling turns a depth image taken apart from its colour (Kinect v1 in TUM's fr1: the
 depth 6-15 ms after the colour, 0.4-1 degree of turn at 65 deg/s, several pixels at 640x480) to the
@@ -26,7 +27,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import torch
 
 import rasterizer
 from slam.geometry import so3_log
@@ -40,12 +40,6 @@ def body_rate(T_prev2: Optional[np.ndarray], T_prev: Optional[np.ndarray], dt: O
         return None
     R_rel = np.asarray(T_prev2, np.float64)[:3, :3].T @ np.asarray(T_prev, np.float64)[:3, :3]
     return so3_log(R_rel) / dt
-
-
-def row_times(height: int, readout_s: float, rows: torch.Tensor) -> torch.Tensor:
-    """tau (s) of (fractional) pixel rows ``rows`` relative to the middle row of a frame of
-    ``height`` rows read out over ``readout_s``."""
-    return readout_s * ((rows + 0.5) / height - 0.5)
 
 
 def unroll(obs: Observation, omega: np.ndarray, readout_s: float, depth_offset_s: float = 0.0,

@@ -34,8 +34,9 @@ from slam.tracking import lm
 from slam.tracking.fused import FusedSolver
 from slam.tracking.quality import RELATIVE, RecentLevel, colour_agrees, judge
 from slam.tracking.result import TrackResult, not_finite, rank
+from slam.tracking.rolling_shutter import body_rate
 
-# The motion prior extrapolates the last good motion by the time elapsed since the last good
+# The motion prior extrapolates the last motion by the time elapsed since the motion model's last
 # frame, at most this much longer than the interval the motion was measured over: a hand-held or
 # robot camera's velocity says little about where it is after a longer dropout (the
 # re-initialisation's gap test takes over there). (A cap on the elapsed time itself predicted half
@@ -111,6 +112,15 @@ class Tracker:
         without timestamps, one interval."""
         return constant_velocity_guess(self.prev2, self.prev, self._elapsed_intervals(timestamp))
 
+    def turn_rate(self) -> Optional[np.ndarray]:
+        """Angular velocity (3,) rad/s, camera frame, of the motion model's last motion (the
+        rolling shutter's turn rate); None until two frames were tracked since ``initialise``: the
+        first frame's pose is set, not tracked, and the next one's, tracked from a prior without
+        velocity, made the rate that unrolled frame 2 wrong in every TUM run (a silent failure)."""
+        if self.tracked_in_history < 2 or None in (self.prev_t, self.prev2_t):
+            return None
+        return body_rate(self.prev2, self.prev, self.prev_t - self.prev2_t)
+
     def _elapsed_intervals(self, timestamp: Optional[float]) -> float:
         if None in (timestamp, self.prev_t, self.prev2_t) or self.prev_t <= self.prev2_t:
             return 1.0
@@ -181,10 +191,10 @@ class Tracker:
         if r.ok:
             self.last_good = r.T_wc
         else:
-            # Otherwise the motion model keeps the last good motion: the next frame is predicted
-            # from the last good pose by the time elapsed since it (a camera turning at 65 deg/s
-            # keeps turning while a frame is flagged; holding the last pose would put the next
-            # start two frames' motion away).
+            # A flagged frame the motion model did not follow leaves it as it was: the next frame
+            # is predicted from its last pose by the time elapsed since it (a camera turning at
+            # 65 deg/s keeps turning while a frame is flagged; holding the last pose would put the
+            # next start two frames' motion away).
             self.failures += 1
 
     def _optimise(self, levels: "Levels", snapshot: MapSnapshot, T_wc_init: np.ndarray, iters: int) -> TrackResult:
