@@ -3,7 +3,6 @@ re-initialisation after a gap between frames). OpenCV's ORB, brute-force Hamming
 cross check, and ``solvePnPRansac`` on the keyframe's depth-lifted keypoints."""
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional
 
 import cv2
@@ -23,17 +22,12 @@ PNP_CONFIDENCE = 0.999
 
 
 class OrbFeatures(NamedTuple):
-    """keypoints (OpenCV, in the upsampled image), descriptors (M, 32) uint8 or None, scale: the
-    upsampling factor (>= 1), width: the original image width (px)."""
+    """points: (M, 2) float64 keypoint positions in original-image pixels (OpenCV centres);
+    descriptors: (M, 32) uint8 or None; width: the original image width (px)."""
 
-    keypoints: tuple
+    points: np.ndarray
     descriptors: Optional[np.ndarray]
-    scale: float
     width: int
-
-    def point(self, i: int) -> np.ndarray:
-        """Keypoint ``i`` in original-image pixels (OpenCV centres)."""
-        return (np.asarray(self.keypoints[i].pt) + 0.5) / self.scale - 0.5
 
 
 def orb_features(color: np.ndarray) -> OrbFeatures:
@@ -43,7 +37,8 @@ def orb_features(color: np.ndarray) -> OrbFeatures:
     if scale > 1:
         g = cv2.resize(g, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
     kps, desc = cv2.ORB_create(nfeatures=ORB_FEATURES).detectAndCompute(g, None)
-    return OrbFeatures(tuple(kps), desc, scale, int(color.shape[1]))
+    pts = np.array([k.pt for k in kps], np.float64).reshape(-1, 2)
+    return OrbFeatures((pts + 0.5) / scale - 0.5, desc, int(color.shape[1]))
 
 
 def pnp_pose(query: OrbFeatures, K: np.ndarray, kf: Keyframe, kf_features: OrbFeatures,
@@ -51,26 +46,25 @@ def pnp_pose(query: OrbFeatures, K: np.ndarray, kf: Keyframe, kf_features: OrbFe
     """(T_wc (4, 4), RANSAC inlier count) of the image whose features are ``query`` (intrinsics
     ``K`` (3, 3)) from matches against keyframe ``kf`` (features ``kf_features``), lifted to 3D
     with its depth and pose; None if too few consistent matches."""
-    if (query.descriptors is None or kf_features.descriptors is None or len(query.keypoints) < min_inliers
-            or len(kf_features.keypoints) < min_inliers):
+    if (query.descriptors is None or kf_features.descriptors is None or len(query.points) < min_inliers
+            or len(kf_features.points) < min_inliers):
         return None
     matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(kf_features.descriptors, query.descriptors)
+    pairs = np.array([(m.queryIdx, m.trainIdx) for m in matches], np.int64).reshape(-1, 2)
+    uv = kf_features.points[pairs[:, 0]]
     h, w = kf.depth.shape
-    obj, img = [], []
-    for m in matches:
-        u, v = kf_features.point(m.queryIdx)
-        ui, vi = int(round(u)), int(round(v))
-        if not (0 <= ui < w and 0 <= vi < h):
-            continue
-        z = float(kf.depth[vi, ui])
-        if not (z > 0 and math.isfinite(z)):
-            continue
-        p_c = np.array([(u - kf.K[0, 2]) / kf.K[0, 0] * z, (v - kf.K[1, 2]) / kf.K[1, 1] * z, z])
-        obj.append(kf.T_wc[:3, :3] @ p_c + kf.T_wc[:3, 3])
-        img.append(query.point(m.trainIdx))
-    if len(obj) < min_inliers:
+    ui, vi = np.round(uv[:, 0]).astype(np.int64), np.round(uv[:, 1]).astype(np.int64)
+    inside = (ui >= 0) & (ui < w) & (vi >= 0) & (vi < h)
+    z = np.zeros(len(uv))
+    z[inside] = np.asarray(kf.depth, np.float64)[vi[inside], ui[inside]]
+    lifted = inside & (z > 0) & np.isfinite(z)
+    if int(lifted.sum()) < min_inliers:
         return None
-    ok, rvec, tvec, inl = cv2.solvePnPRansac(np.asarray(obj, np.float64), np.asarray(img, np.float64),
+    u, v, z = uv[lifted, 0], uv[lifted, 1], z[lifted]
+    p_c = np.stack([(u - kf.K[0, 2]) / kf.K[0, 0] * z, (v - kf.K[1, 2]) / kf.K[1, 1] * z, z], axis=1)
+    obj = p_c @ np.asarray(kf.T_wc, np.float64)[:3, :3].T + np.asarray(kf.T_wc, np.float64)[:3, 3]
+    img = query.points[pairs[lifted, 1]]
+    ok, rvec, tvec, inl = cv2.solvePnPRansac(obj, img,
                                              np.asarray(K, np.float64), None, iterationsCount=PNP_ITERATIONS,
                                              reprojectionError=max(1.5, 3.0 * query.width / ORB_WIDTH),
                                              confidence=PNP_CONFIDENCE)
