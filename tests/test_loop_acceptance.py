@@ -284,6 +284,20 @@ def test_the_guard_undoes_a_correction_the_depths_disagree_with(views):
     assert keep and after.share > before.share
 
 
+def test_the_guard_sees_a_correction_well_within_the_depth_tolerance(views):
+    """A 1 cm correction, a third of the 3 cm tolerance: the graded agreement tells the right one
+    from the wrong one, both ways."""
+    from slam.loop import guard
+    truth = {k: kf.T_wc for k, kf in views.items()}
+    loops = [LoopEdge(2, 12, _rel(truth, 2, 12)), LoopEdge(3, 13, _rel(truth, 3, 13))]
+    for shift in (1 * CM, -1 * CM):
+        off = _shifted(truth, (10, 11, 12, 13), shift)
+        keep, before, after = guard.check(views, truth, off, loops, 0.03, 0.005)
+        assert not keep and after.share < before.share
+        keep, before, after = guard.check(views, off, truth, loops, 0.03, 0.005)
+        assert keep and after.share > before.share
+
+
 def test_the_loop_stage_drops_a_wrong_loop_the_guard_rejects(views):
     """Keyframes at their true poses; two consecutive loops agree with each other but are both
     4 cm off (a look-alike shifted place): significant, the graph bends, the guard says no."""
