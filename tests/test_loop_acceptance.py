@@ -298,6 +298,42 @@ def test_the_guard_sees_a_correction_well_within_the_depth_tolerance(views):
         assert keep and after.share > before.share
 
 
+def _snap_choice(views, tracked: dict, bridge_T: np.ndarray):
+    """The closer's graph for the true loops (2, 12), (3, 13) of ``views`` from ``tracked`` poses,
+    with a bridge ``bridge_T`` at (11, 12) that disagrees with the tracker (a snap): (poses, the
+    snaps it set aside, whether the guard keeps it)."""
+    pytest.importorskip("gtsam")
+    from slam.loop.verify import Measurement
+    truth = {k: kf.T_wc for k, kf in views.items()}
+    info = _information(0.3 * CM, 0.1)
+    edges = [LoopEdge(2, 12, _rel(truth, 2, 12), info), LoopEdge(3, 13, _rel(truth, 3, 13), info)]
+    closer, _ = _closer(_loop_cfg("loop.guard=true"), {})
+    closer.gauge = 0
+    untrusted = {(11, 12): Measurement(bridge_T, _information(0.3 * CM, 0.1), "icp")}
+    sol, _, checked, set_aside = closer._solve(tracked, edges, untrusted, {}, views)
+    assert checked is not None
+    return sol.poses, set_aside, checked[0]
+
+
+def test_the_depths_choose_between_a_snaps_bridge_and_the_tracker(views):
+    """A snap: the bridge and the tracker disagree between keyframes 11 and 12. Where the tracker
+    jumped back onto the old map there (11 and earlier 4 cm off, 12 on), the bridge is kept and the
+    correction moves 10 and 11 towards the truth (the odometry 3 -> 10 holds them back); where the
+    bridge is the wrong one (a 3 cm error) and the whole revisit drifted, the tracker's edges are
+    kept and the loops move 12 and 13 onto the truth."""
+    truth = {k: kf.T_wc for k, kf in views.items()}
+    snapped = _shifted(truth, (10, 11), 4 * CM)
+    poses, set_aside, keep = _snap_choice(views, snapped, _rel(truth, 11, 12))
+    assert set_aside == () and keep     # the tracker's edges alone would leave 10 and 11 4 cm off
+    assert max(np.linalg.norm(poses[k][:3, 3] - truth[k][:3, 3]) for k in (10, 11)) < 2.5 * CM
+    drifted = _shifted(truth, (10, 11, 12, 13), 4 * CM)
+    wrong_bridge = _rel(truth, 11, 12) @ se3_exp(np.r_[0, 0, 0, 0.03, 0, 0])
+    # with the bridge the depths agree less than before the correction: the guard would drop the loop
+    poses, set_aside, keep = _snap_choice(views, drifted, wrong_bridge)
+    assert set_aside == ((11, 12),) and keep
+    assert max(np.linalg.norm(poses[k][:3, 3] - truth[k][:3, 3]) for k in (12, 13)) < 1 * CM
+
+
 def test_the_loop_stage_drops_a_wrong_loop_the_guard_rejects(views):
     """Keyframes at their true poses; two consecutive loops agree with each other but are both
     4 cm off (a look-alike shifted place): significant, the graph bends, the guard says no."""
