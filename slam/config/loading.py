@@ -213,7 +213,6 @@ def validate(cfg: Config) -> None:
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,
-        "system.max_unmapped_keyframes": cfg.system.max_unmapped_keyframes,
         "mapping.densify_stride": cfg.mapping.densify_stride,
         "mapping.keyframe_downscale": kf_downscale,
         "pruner.every": cfg.pruner.every, "pruner.window": cfg.pruner.window,
@@ -230,6 +229,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
     if cfg.data.first < 0:
         raise ConfigError(f"data.first: must be >= 0, got {cfg.data.first}")
+    if cfg.system.max_unmapped_keyframes < 0:
+        raise ConfigError(f"system.max_unmapped_keyframes: must be >= 0, got {cfg.system.max_unmapped_keyframes}")
     if cfg.data.last is not None and cfg.data.last <= cfg.data.first:
         raise ConfigError(f"data.last: must be > data.first ({cfg.data.first}), got {cfg.data.last}")
     for key in ("rolling_shutter_s", "depth_rolling_shutter_s"):

@@ -346,7 +346,8 @@ class SystemConfig:
                                     # more, so it never tracks against a map more than this many
                                     # keyframes old (with 4, a tracker faster than the mapper
                                     # tracked against maps 5 keyframes stale and lost accuracy:
-                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are)
+                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are); 0:
+                                    # each keyframe is mapped before the next frame is tracked
     slow_stream_interval_s: float = 0.1  # s: a stream whose usual frame interval is longer is slow:
                                     # a large predicted motion searches features before the
                                     # refinement, and (threaded) each keyframe is mapped before the

@@ -94,9 +94,10 @@ class _ThreadedRun:
         self.progress = progress
         self.frames = Channel(system.cfg.system.queue_size)
         # A keyframe counts until it is mapped and published: the tracker never runs more than
-        # max_unmapped_keyframes keyframes ahead of the map it tracks against (none in a slow
-        # stream: system.slow_stream_interval_s).
-        self.keyframes = Channel(system.cfg.system.max_unmapped_keyframes, until_done=True)
+        # max_unmapped_keyframes keyframes ahead of the map it tracks against (none when it is 0
+        # or in a slow stream: system.slow_stream_interval_s).
+        self.ahead = system.cfg.system.max_unmapped_keyframes
+        self.keyframes = Channel(max(self.ahead, 1), until_done=True)
         # Mapped keyframes for the loop stage: the mapper offers, never waits (a busy loop stage
         # skips keyframes, counted), so loop closure never slows mapping or tracking.
         self.loops = Channel(system.cfg.loop.queue_size) if system.loop is not None else None
@@ -136,7 +137,7 @@ class _ThreadedRun:
                 if kf is not None:
                     t0 = time.perf_counter()
                     self.keyframes.put(kf)
-                    if system.slow_stream():
+                    if self.ahead == 0 or system.slow_stream():
                         # A live mapper finishes a keyframe between the frames of a slow stream:
                         # the next frame is tracked against a map that has it (sequential order).
                         self.keyframes.join()
