@@ -229,8 +229,6 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
     if cfg.data.first < 0:
         raise ConfigError(f"data.first: must be >= 0, got {cfg.data.first}")
-    if cfg.system.max_unmapped_keyframes < 0:
-        raise ConfigError(f"system.max_unmapped_keyframes: must be >= 0, got {cfg.system.max_unmapped_keyframes}")
     if cfg.data.last is not None and cfg.data.last <= cfg.data.first:
         raise ConfigError(f"data.last: must be > data.first ({cfg.data.first}), got {cfg.data.last}")
     for key in ("rolling_shutter_s", "depth_rolling_shutter_s"):
@@ -239,6 +237,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"data.{key}: the readout in seconds, in [0, 1), got {value}")
     if cfg.data.intrinsics is not None and len(cfg.data.intrinsics) != 4:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
+    if cfg.system.max_unmapped_keyframes < 0:
+        raise ConfigError(f"system.max_unmapped_keyframes: must be >= 0, got {cfg.system.max_unmapped_keyframes}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:
         raise ConfigError("tracking.iters and mapping.iters must be >= 0")
     if not 0.0 <= cfg.tracking.coarse_share <= 1.0:

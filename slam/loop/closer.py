@@ -224,13 +224,15 @@ class LoopCloser:
 
     def _solve(self, graph_poses: dict, edges: list, untrusted: dict, information: dict, keyframes: dict):
         """(the pose graph's solution, the untrusted pairs it used, the guard's check of it or
-        None, the snaps it set aside). Where snaps are found (a bridge disagreeing with the tracker, ``Bridges.snaps``) the
-        graph is solved twice: with each snap's bridge and tracker edges as robust candidates, and
-        with the tracker's edges alone; with ``loop.guard`` the keyframes' depths choose (the
-        higher agreement after the correction). Either can be the wrong one: the generated loop's
-        tracker snaps onto the old map (the bridge is right), while on 7-Scenes a false snap at
-        kf 93-94 bent the kf 57-98 correction in 4 of 11 H200 runs (graph error 1.0-1.5 against
-        0.12-0.15 without it; ATE 2.64-2.66 against 2.45-2.52 cm)."""
+        None, the snaps it set aside). Where snaps are found (a bridge disagreeing with the
+        tracker, ``Bridges.snaps``) and ``loop.guard`` is on, the graph is solved twice: with each
+        snap's bridge and tracker edges as robust candidates, and with the tracker's edges alone;
+        the keyframes' depths choose (the higher agreement after the correction). Either can be
+        the wrong one: the generated loop's tracker snaps onto the old map (the bridge is right),
+        while on 7-Scenes a snap at kf 93-94 bent the kf 57-98 correction in 4 of 11 H200 runs
+        (graph error 1.0-1.5 against 0.12-0.15 without it; ATE 2.64-2.66 against 2.45-2.52 cm;
+        in the one such run since, the depths kept the snap:
+        docs/benchmarks.md#loop-closure-on-and-off)."""
         snaps = self.bridges.snaps(untrusted)
         sol = optimise_pose_graph(graph_poses, self.loops + edges, self.cfg, self.gauge, untrusted, information, snaps)
         if not snaps or not self.cfg.guard:

@@ -62,7 +62,8 @@ def pnp_pose(query: OrbFeatures, K: np.ndarray, kf: Keyframe, kf_features: OrbFe
         return None
     u, v, z = uv[lifted, 0], uv[lifted, 1], z[lifted]
     p_c = np.stack([(u - kf.K[0, 2]) / kf.K[0, 0] * z, (v - kf.K[1, 2]) / kf.K[1, 1] * z, z], axis=1)
-    obj = p_c @ np.asarray(kf.T_wc, np.float64)[:3, :3].T + np.asarray(kf.T_wc, np.float64)[:3, 3]
+    T_wc = np.asarray(kf.T_wc, np.float64)
+    obj = p_c @ T_wc[:3, :3].T + T_wc[:3, 3]
     img = query.points[pairs[lifted, 1]]
     ok, rvec, tvec, inl = cv2.solvePnPRansac(obj, img,
                                              np.asarray(K, np.float64), None, iterationsCount=PNP_ITERATIONS,
