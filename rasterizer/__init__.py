@@ -43,6 +43,14 @@ pixels of w_ip), ``stats.error_sum`` (sum over pixels of w_ip * e_p) and ``stats
 pixels where the sphere was blended). At least one input must require grad for the backward (and so
 the statistics) to run. Not available with backend='gsplat'.
 
+Renders inside a CUDA graph: the binning's pair count M (the (tile, sphere) pairs) sizes a list,
+and the exact size costs a host wait per render. Pass ``pair_room=PairRoom(device, capacity)``:
+the CUDA kernels then bin with room for ``capacity`` pairs and no host wait, and record on the
+device the most pairs seen and whether a render overflowed (then the pairs beyond the room were
+dropped: that render is wrong, and the caller redoes it with more room). With ``capacity=None``
+they bin exactly and record M (how a caller learns the room to give). The CPU kernel always bins
+exactly and records the same. Not available with backend='reference' or 'gsplat'.
+
 Camera tracking: ``gauss_newton(...)`` renders at a pose, differentiates the render with respect to
 a pose increment and reduces the robust normal equations against an observed RGB-D frame in one
 fused pass; its model is in rasterizer/gauss_newton.py.
@@ -75,7 +83,7 @@ from .adam import adam_rows
 from .frame import depth_edge_mask, downsample, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 
-__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "BACKENDS", "gauss_newton",
+__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "downsample",
            "depth_edge_mask", "unroll"]
 
@@ -106,6 +114,30 @@ class SphereStats:
         return self
 
 
+class PairRoom:
+    """Room for a render's (tile, sphere) pairs, for renders without a host wait (module docstring).
+
+    ``capacity``: pairs the CUDA binning has room for (None: bin exactly, one host wait, and record
+    the count); ``counts``: (2,) float64 on ``device``, [most pairs seen, overflowed (0 or 1)],
+    updated on the device by every render given this room."""
+
+    def __init__(self, device, capacity: Optional[int] = None):
+        if capacity is not None and int(capacity) <= 0:
+            raise ValueError(f"capacity must be a positive number of pairs or None, got {capacity}")
+        self.capacity = None if capacity is None else int(capacity)
+        self.counts = torch.zeros(2, dtype=torch.float64, device=device)
+
+    def read(self) -> tuple[int, bool]:
+        """(most pairs seen, whether a render overflowed): a host wait on CUDA."""
+        most, overflowed = self.counts.tolist()
+        return int(most), bool(overflowed)
+
+    def reset(self) -> "PairRoom":
+        """Forget the counts (in place: a captured graph keeps its tensor)."""
+        self.counts.zero_()
+        return self
+
+
 def _validate(means, radii, colors, opacities, K, width, height, background, backend, stats):
     check_spheres(means, radii, colors, opacities, K, width, height, backend == "reference")
     n = means.shape[0]
@@ -120,7 +152,7 @@ def _validate(means, radii, colors, opacities, K, width, height, background, bac
 
 
 def rasterize_spheres(means, radii, colors, opacities, K, width, height, background=None,
-                      backend="auto", stats=None) -> RasterOutput:
+                      backend="auto", stats=None, pair_room=None) -> RasterOutput:
     """Render spheres into colour, expected depth and alpha images.
 
     Args:
@@ -131,6 +163,7 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
         background: (3,) colour behind the spheres, or None for black.
         backend: 'auto' | 'cuda' | 'cpu' | 'reference' | 'gsplat'.
         stats: optional SphereStats that the backward pass adds into.
+        pair_room: optional PairRoom: bin with its room, record the pair count (module docstring).
     Returns:
         RasterOutput(color (H, W, 3), depth (H, W) metres, alpha (H, W)).
     """
@@ -141,6 +174,13 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
     else:
         background = background.detach().to(means.device, means.dtype)
     K = K.detach()
+    if pair_room is not None:
+        if not isinstance(pair_room, PairRoom):
+            raise TypeError("pair_room must be a rasterizer.PairRoom")
+        if backend in ("reference", "gsplat"):
+            raise NotImplementedError(f"pair_room is not available with backend={backend!r}")
+        if pair_room.counts.device != means.device:
+            raise ValueError(f"pair_room's counts must be on {means.device}, got {pair_room.counts.device}")
     if backend == "reference":
         from .reference import render_reference
         color, depth, alpha = render_reference(means, radii, colors, opacities,
@@ -155,5 +195,5 @@ def rasterize_spheres(means, radii, colors, opacities, K, width, height, backgro
     else:
         from .functions import tiled
         color, depth, alpha = tiled(backend, means, radii, colors, opacities, K, width, height,
-                                    background, stats)
+                                    background, stats, pair_room)
     return RasterOutput(color, depth, alpha)

@@ -8,6 +8,11 @@ csrc/raster_cpu.cpp; kernels in csrc/raster_cpu.cpp and csrc/raster_cuda.cu), ta
 * ``forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps)``
   -> ``[color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
   ranges (tiles,2) int32]``; ``depth = sum(w z) / max(alpha, eps)`` is normalised in the kernel.
+* ``forward_capped(..., depth_eps, capacity, room)``: the forward with its (tile, sphere) pair
+  count M recorded in ``room`` ((2,) float64, written: [most pairs seen, overflowed 0/1]); on CUDA
+  ``capacity > 0`` bins with room for that many pairs and no host wait (a render inside a CUDA
+  graph; ids then has ``capacity`` entries, and on overflow the pairs beyond are dropped);
+  ``capacity <= 0``, and every CPU call, bins exactly.
 * ``backward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps,
   ids, ranges, alpha, depth, last, g_color, g_depth, g_alpha, pixel_error, weight_sum, error_sum,
   count)`` -> ``[g_means (N,3), g_radii (N,), g_colors (N,3), g_opacities (N,)]``. ``g_depth`` is
@@ -43,11 +48,16 @@ class TiledRaster(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, kind, cam, width, height, stats, means, radii, colors, opacities, background):
+    def forward(ctx, kind, cam, width, height, stats, room, means, radii, colors, opacities, background):
         ctx.set_materialize_grads(False)
         ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
-        color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward(
-            means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS)
+        if room is None:
+            color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward(
+                means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS)
+        else:
+            color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward_capped(
+                means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS,
+                room.capacity or 0, room.counts)
         ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
                               ids, ranges)
         return color, depth, alpha
@@ -68,13 +78,13 @@ class TiledRaster(torch.autograd.Function):
         g_means, g_radii, g_colors, g_opac = _ext.ops(ctx.kind).backward(
             means, radii, colors, opacities, background, *ctx.cam, *ctx.size, DEPTH_EPS, ids,
             ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se, sn)
-        return None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
+        return None, None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
 
 
-def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats):
+def tiled(kind, means, radii, colors, opacities, K, width, height, background, stats, room=None):
     """(color (H,W,3), depth (H,W) metres, alpha (H,W)) from the compiled ``kind`` ('cpu' or
-    'cuda') kernels, differentiable."""
-    return TiledRaster.apply(kind, _camera(K), int(width), int(height), stats,
+    'cuda') kernels, differentiable; ``room``: an optional ``rasterizer.PairRoom``."""
+    return TiledRaster.apply(kind, _camera(K), int(width), int(height), stats, room,
                              means.contiguous(), radii.contiguous(), colors.contiguous(),
                              opacities.contiguous(), background.contiguous())
 

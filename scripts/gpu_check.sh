@@ -45,7 +45,7 @@ $PY -c "import rasterizer, torch; from rasterizer import _ext; _ext.ops('cuda');
   2>&1 | tee "$LOG/build.txt" || status=1
 echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 
-$PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_rasterizer_ops.py tests/test_gauss_newton_cuda.py tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_frame_downsample.py tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_observation_upload.py 2>&1 \
+$PY -m pytest -q -rs tests/test_rasterizer_cuda.py tests/test_rasterizer_ops.py tests/test_gauss_newton_cuda.py tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_frame_downsample.py tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_observation_upload.py tests/test_step_graph.py 2>&1 \
   | tee "$LOG/pytest_cuda.txt" || status=1
 [ -z "$gsplat_pid" ] || wait $gsplat_pid
 [ -z "$sm87_pid" ] || wait $sm87_pid || status=1  # no compiler running during the timings

@@ -104,15 +104,16 @@ def awkward_scenes():
 
 
 def render(scene, backend, device="cpu", cotangent_seed=0, background=(0.1, 0.2, 0.3),
-           pixel_error=True, with_stats=True):
-    """Forward + backward with random output cotangents. Returns (outputs, grads, stats)."""
+           pixel_error=True, with_stats=True, pair_room=None):
+    """Forward + backward with random output cotangents (``pair_room``: the binning's
+    ``rasterizer.PairRoom``). Returns (outputs, grads, stats)."""
     ps = [scene[k].to(device).clone().requires_grad_() for k in
           ("means", "radii", "colors", "opacities")]
     n = ps[0].shape[0]
     stats = rasterizer.SphereStats(n, device) if with_stats else None
     out = rasterizer.rasterize_spheres(*ps, scene["K"], scene["width"], scene["height"],
                                        background=torch.tensor(background, device=device),
-                                       backend=backend, stats=stats)
+                                       backend=backend, stats=stats, pair_room=pair_room)
     g = torch.Generator().manual_seed(cotangent_seed)
     cots = [torch.randn(o.shape, generator=g).to(device) for o in out]
     if pixel_error and stats is not None:

@@ -181,3 +181,39 @@ def test_one_code_path_for_both_extensions(monkeypatch):
             for x, y in zip(run(s, "cpu", use), run(s, "cuda", use)):
                 assert torch.equal(x, y)
     assert calls["cpu"] == calls["cuda"] and len(calls["cpu"]) == 2 * 3 * 4
+
+
+def _pair_count(scene, device="cpu") -> int:
+    """M of ``scene``'s exact binning, from the forward op itself."""
+    from rasterizer import _ext
+    from rasterizer.functions import _camera
+    ps = [scene[k].to(device) for k in ("means", "radii", "colors", "opacities")]
+    out = _ext.ops("cuda" if device == "cuda" else "cpu").forward(
+        *ps, torch.zeros(3, device=device), *_camera(scene["K"]), scene["width"], scene["height"], 1e-6)
+    return int(out[4].shape[0])
+
+
+def test_a_pair_room_records_the_pair_count_and_the_cpu_still_bins_exactly():
+    s = random_scene(200, 48, 36, seed=4)
+    m = _pair_count(s)
+    exact = render(s, "cpu")
+    room = rasterizer.PairRoom("cpu")
+    recorded = render(s, "cpu", pair_room=room)
+    assert room.read() == (m, False) and m > 200
+    for a, b in zip(exact, recorded):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+    small = rasterizer.PairRoom("cpu", capacity=m - 1)
+    render(s, "cpu", pair_room=small)
+    assert small.read() == (m, True)
+    assert small.reset().read() == (0, False)
+
+
+def test_a_pair_room_is_refused_where_it_means_nothing():
+    s = random_scene(10, 24, 18, seed=1)
+    with pytest.raises(NotImplementedError, match="pair_room"):
+        render(s, "reference", pair_room=rasterizer.PairRoom("cpu"))
+    with pytest.raises(ValueError, match="capacity"):
+        rasterizer.PairRoom("cpu", capacity=0)
+    with pytest.raises(TypeError, match="PairRoom"):
+        render(s, "cpu", pair_room=object())

@@ -189,6 +189,26 @@ std::vector<at::Tensor> forward_cpu(const at::Tensor& means, const at::Tensor& r
   return {color_t, depth_t, alpha_t, last_t, ids_t, ranges_t};
 }
 
+// The forward with its pair count M recorded in `room` ((2,) float64: [most pairs seen,
+// overflowed 0/1]): the CPU bins exactly whatever the capacity; it records M, and the flag when
+// capacity > 0 and M exceeds it (the CUDA kernel then drops the pairs beyond).
+std::vector<at::Tensor> forward_capped_cpu(const at::Tensor& means, const at::Tensor& radii,
+                                           const at::Tensor& colors, const at::Tensor& opacities,
+                                           const at::Tensor& background, double fx, double fy,
+                                           double cx, double cy, int64_t width, int64_t height,
+                                           double depth_eps, int64_t capacity, at::Tensor room) {
+  TORCH_CHECK(room.device().is_cpu() && room.scalar_type() == at::kDouble && room.is_contiguous() &&
+                  room.numel() == 2,
+              "pair room: expected a contiguous (2,) float64 CPU tensor");
+  auto out = forward_cpu(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
+                         depth_eps);
+  const int64_t m = out[4].size(0);
+  double* r = room.data_ptr<double>();
+  r[0] = std::max(r[0], (double)m);
+  if (capacity > 0 && m > capacity) r[1] = 1.0;
+  return out;
+}
+
 // Record layout per intersection: gu gv gs2 gz gc0 gc1 gc2 go | w  w*e  count
 constexpr int kRec = 11;
 
@@ -342,6 +362,9 @@ std::vector<at::Tensor> backward_cpu(
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   m.def("forward(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
         "float fx, float fy, float cx, float cy, int width, int height, float depth_eps) -> Tensor[]");
+  m.def("forward_capped(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
+        "float fx, float fy, float cx, float cy, int width, int height, float depth_eps, int capacity, "
+        "Tensor(a!) room) -> Tensor[]");
   m.def("backward(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
         "float fx, float fy, float cx, float cy, int width, int height, float depth_eps, Tensor ids, "
         "Tensor ranges, Tensor alpha, Tensor depth, Tensor last, Tensor g_color, Tensor g_depth, "
@@ -351,5 +374,6 @@ TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
   m.impl("forward", &forward_cpu);
+  m.impl("forward_capped", &forward_capped_cpu);
   m.impl("backward", &backward_cpu);
 }

@@ -258,13 +258,14 @@ using sr_cuda::blocks_for;
 
 }  // namespace
 
-// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
-// pixel's last blended list position + 1. One host wait (the pair count, in bin_spheres).
-std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
+namespace {
+
+// The forward of both ops: exact binning (one host wait, `capped` null) or capped (none).
+std::vector<at::Tensor> forward_impl(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
-                                     double cy, int64_t width, int64_t height, double depth_eps) {
+                                     double cy, int64_t width, int64_t height, double depth_eps,
+                                     const sr_cuda::PairRoom* capped) {
   for (auto& pr : {std::make_pair(&means, "means"), std::make_pair(&radii, "radii"),
                    std::make_pair(&colors, "colors"), std::make_pair(&opacities, "opacities"),
                    std::make_pair(&background, "background")})
@@ -276,7 +277,7 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
   auto iopt = opt.dtype(at::kInt);
-  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream);
+  sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream, capped);
   const int2* ranges_p = reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>());
   const float4* splats = reinterpret_cast<const float4*>(bins.splats.data_ptr<float>());
   at::Tensor ids = bins.ids, ranges = bins.ranges;
@@ -292,6 +293,42 @@ std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& 
       last.data_ptr<int32_t>());
   SR_CHECK_CUDA();
   return {color, depth, alpha, last, ids, ranges};
+}
+
+}  // namespace
+
+// Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
+//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
+// pixel's last blended list position + 1. One host wait (the pair count, in bin_spheres).
+std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
+                                     const at::Tensor& colors, const at::Tensor& opacities,
+                                     const at::Tensor& background, double fx, double fy, double cx,
+                                     double cy, int64_t width, int64_t height, double depth_eps) {
+  return forward_impl(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
+                      depth_eps, nullptr);
+}
+
+// The forward with its pair count recorded in `room` ((2,) float64 on the device: [most pairs
+// seen, overflowed 0/1]): capacity > 0 bins with room for that many pairs and no host wait (ids
+// has `capacity` entries; on overflow the pairs beyond are dropped and the flag is set); capacity
+// <= 0 bins exactly (one host wait) and records the count.
+std::vector<at::Tensor> forward_capped_cuda(const at::Tensor& means, const at::Tensor& radii,
+                                            const at::Tensor& colors, const at::Tensor& opacities,
+                                            const at::Tensor& background, double fx, double fy,
+                                            double cx, double cy, int64_t width, int64_t height,
+                                            double depth_eps, int64_t capacity, at::Tensor room) {
+  TORCH_CHECK(room.is_cuda() && room.device() == means.device() && room.scalar_type() == at::kDouble &&
+                  room.is_contiguous() && room.numel() == 2,
+              "pair room: expected a contiguous (2,) float64 tensor on ", means.device());
+  if (capacity <= 0) {
+    auto out = forward_impl(means, radii, colors, opacities, background, fx, fy, cx, cy, width,
+                            height, depth_eps, nullptr);
+    room.narrow(0, 0, 1).clamp_min_((double)out[4].size(0));
+    return out;
+  }
+  const sr_cuda::PairRoom capped{capacity, room.data_ptr<double>(), room.data_ptr<double>() + 1};
+  return forward_impl(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height,
+                      depth_eps, &capped);
 }
 
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] (four
@@ -353,5 +390,6 @@ std::vector<at::Tensor> backward_cuda(
 
 TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
   m.impl("forward", &forward_cuda);
+  m.impl("forward_capped", &forward_capped_cuda);
   m.impl("backward", &backward_cuda);
 }

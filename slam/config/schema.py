@@ -149,6 +149,9 @@ class RelocaliseConfig:
 @dataclass
 class MappingConfig:
     iters: int = 30                 # optimisation iterations per new keyframe
+    cuda_graph: bool = True         # on CUDA: a keyframe's steps replay one captured CUDA graph
+                                    # (slam/mapping/step_graph.py; not with refine_poses); false:
+                                    # the same kernels queued one by one, as on the CPU
     final_iters: int = 300          # refinement steps over all keyframes at the end of input
     window: int = 6                 # recent keyframes optimised together
     random_keyframes: int = 2       # older keyframes added at random per step

@@ -90,9 +90,15 @@ class KeyframeView:
         color = torch.from_numpy(kf.color).to(device, non_blocking=True)
         depth = torch.from_numpy(kf.depth).to(device, non_blocking=True)
         T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
+        return KeyframeView.derive(color, depth, torch.as_tensor(kf.K, dtype=torch.float32), T_cw)
+
+    @staticmethod
+    def derive(color: torch.Tensor, depth: torch.Tensor, K: torch.Tensor, T_cw: torch.Tensor) -> "KeyframeView":
+        """The view of compact images already on the device (color (H, W, 3) uint8, depth (H, W)
+        float16 metres; K (3, 3) float32 CPU; T_cw (4, 4) float32): its depth masks derived there
+        (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``)."""
         d = depth.float()
-        return KeyframeView(color, depth, torch.as_tensor(kf.K, dtype=torch.float32), T_cw,
-                            depth_edge_mask(d), d > 0)
+        return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d > 0)
 
     def observation(self) -> Observation:
         """The keyframe as float images: colour (H, W, 3) in [0, 1], depth (H, W) metres."""

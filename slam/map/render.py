@@ -21,6 +21,7 @@ def render_spheres(
     backend: str = "auto",
     stats: Optional["rasterizer.SphereStats"] = None,
     pose_delta: Optional[torch.Tensor] = None,
+    pair_room: Optional["rasterizer.PairRoom"] = None,
 ):
     """Render world-frame spheres seen from world-to-camera pose ``T_cw`` (4, 4).
 
@@ -31,11 +32,14 @@ def render_spheres(
     pose_delta: optional (6,) = (omega rad, v m), a small increment applied left of ``T_cw`` to
     first order, X' = X + omega x X + v (pass zeros that require grad: its gradient is then the
     exact pose gradient at T_cw, ``slam.mapping.pose_refine``).
+    pair_room: optional ``rasterizer.PairRoom`` (the binning's room and pair count: renders inside
+    a CUDA graph, ``slam.mapping.step_graph``).
     """
     means_c = transform_points(T_cw, means_w)
     if pose_delta is not None:
         omega = pose_delta[:3].expand_as(means_c)
         means_c = means_c + torch.cross(omega, means_c, dim=1) + pose_delta[3:]
     return rasterizer.rasterize_spheres(
-        means_c, radii, colors, opacities, K.float(), int(width), int(height), backend=backend, stats=stats
+        means_c, radii, colors, opacities, K.float(), int(width), int(height), backend=backend, stats=stats,
+        pair_room=pair_room
     )

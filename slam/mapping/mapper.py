@@ -21,6 +21,7 @@ from slam.mapping.densify import candidate_mask, seed_spheres
 from slam.mapping.keyframes import KeyframeStore
 from slam.mapping.pose_refine import KeyframePoseRefiner
 from slam.mapping.pruner import Pruner, PruneReport
+from slam.mapping.step_graph import StepGraph
 
 
 @dataclass
@@ -37,6 +38,7 @@ class MappingReport:
     pose_steps: int = 0             # keyframe-pose Adam steps taken in this mapping step
     pose_shift_mm: float = 0.0      # largest pose change of a window keyframe in this step
     loop_corrections: int = 0       # loop corrections applied before this keyframe
+    pair_overflow: bool = False     # a step graph's render ran out of pair room (slam.mapping.step_graph)
 
 
 class Mapper:
@@ -63,6 +65,9 @@ class Mapper:
         self._later: list[np.ndarray] = []       # each applied correction's ``later`` (in order)
         self._inbox: list = []                   # loop corrections waiting (loop stage -> mapper)
         self._inbox_lock = threading.Lock()
+        # The step as one CUDA graph per keyframe (CUDA, mapping.cuda_graph); None: queued kernels.
+        self.graph = StepGraph(smap.device) if cfg.cuda_graph and smap.device.type == "cuda" else None
+        self._last_overflow = False
 
     # ------------------------------------------------------------------ gauge and corrections
     def fix_keyframes(self, keyframes: list[Keyframe]) -> None:
@@ -146,6 +151,7 @@ class Mapper:
         steps0 = self.poses.steps
         if self.cfg.iters > 0 and self.smap.n > 0:
             report.loss, weight_sum, error_sum, renders = self._optimise(newest, window, device)
+            report.pair_overflow = self._last_overflow
             self.pruner.record(self.smap, weight_sum, error_sum, renders)
             if self.keyframes_seen % self.pruner.cfg.every == 0:
                 seen = weight_sum[: self.smap.n] > 0
@@ -181,16 +187,19 @@ class Mapper:
         budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
         return self.smap.add(means, radii, colors, opacities, kf.kf_id), novelty, budget_removed
 
-    def _step(self, view, stats, kf: Keyframe | None = None) -> torch.Tensor:
-        """One optimisation step of every live sphere, and of ``kf``'s pose unless it is fixed,
-        on one keyframe view (of ``kf``); returns the loss.
-        L1 colour over valid-depth pixels + depth_weight * L1 depth over edge-free depth."""
+    def _update(self, view: KeyframeView, stats, rows: torch.Tensor, room=None,
+                kf: Keyframe | None = None) -> torch.Tensor:
+        """One optimisation step of the live rows ``rows`` ((N, 8) leaf of ``SphereMap.active()``,
+        requires grad) on one keyframe view, and of ``kf``'s pose unless it is None or fixed;
+        returns the loss (detached). L1 colour over valid-depth pixels + depth_weight * L1 depth
+        over edge-free depth. ``room``: the render's ``rasterizer.PairRoom`` (the step graph's).
+        Queued kernels only, no host wait, unless ``kf``'s pose is refined (its Adam is on the
+        host): the step the CUDA graph captures (``slam.mapping.step_graph``)."""
         o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
-        rows = self.smap.active().detach().requires_grad_(True)
         means, radii, colors, opacities = self.smap.activated(rows)
         delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
         out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
-                             backend=self.backend, stats=stats, pose_delta=delta)
+                             backend=self.backend, stats=stats, pose_delta=delta, pair_room=room)
         err_c = (out.color - o.color).abs().mean(-1)
         m = valid.float()
         l_color = (err_c * m).sum() / m.sum().clamp_min(1.0)
@@ -199,40 +208,51 @@ class Mapper:
         loss = l_color + self.cfg.depth_weight * l_depth
         if stats is not None:
             stats.pixel_error = (err_c * m).detach()
-        loss.backward()
-        self.smap.adam_step(rows.grad, self.lr, backend=self.backend)
-        if delta is not None and delta.grad is not None:
-            self.poses.step(kf, delta.grad)
+        grads = torch.autograd.grad(loss, [rows] if delta is None else [rows, delta])
+        self.smap.adam_step(grads[0], self.lr, backend=self.backend)
+        if delta is not None:
+            self.poses.step(kf, grads[1])
             view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=T_cw.device)
         return loss.detach()
+
+    def _steps(self, keyframes: list[Keyframe], stats, resident: dict | None = None) -> float:
+        """One optimisation step per keyframe of ``keyframes`` (in order); returns the last loss.
+        Through the step graph where it can run them (``mapping.cuda_graph``, no pose refinement),
+        else as queued kernels, each keyframe uploaded for its step unless in ``resident``
+        (id -> ``KeyframeView`` already on the device)."""
+        self._last_overflow = False
+        if not self.smap.n or not keyframes:
+            return float("nan")
+        rows = self.smap.active().detach().requires_grad_(True)
+        graph = self.graph
+        if graph is not None and not self.poses.enabled and graph.usable(keyframes):
+            loss, self._last_overflow = graph.run(keyframes, rows, stats, self._update)
+            return loss
+        device = self.smap.device
+        room = graph.room if graph is not None else None
+        loss = torch.zeros((), device=device)
+        for kf in keyframes:
+            view = (resident or {}).get(kf.kf_id) or KeyframeView.upload(kf, device)
+            loss = self._update(view, stats, rows, room, kf)
+        return float(loss)
 
     def _optimise(self, newest: KeyframeView, window: list[Keyframe], device):
         # Half the iterations on the newest keyframe (window[0], already on the device as
         # ``newest``); the rest cycle through the window, each uploaded for its step only (6 bytes
         # a pixel: a cheap copy, where the resident window was 4 MB of the 7-Scenes peak).
         stats = rasterizer.SphereStats(self.smap.n, device=device)
-        loss = torch.zeros((), device=device)
-        for it in range(self.cfg.iters):
-            if it % 2 == 0 or len(window) == 1:
-                view, kf = newest, window[0]
-            else:
-                kf = window[1 + (it // 2) % (len(window) - 1)]
-                view = KeyframeView.upload(kf, device)
-            loss = self._step(view, stats, kf)
-            del view
-        return float(loss), stats.weight_sum, stats.error_sum, self.cfg.iters
+        order = [window[0] if it % 2 == 0 or len(window) == 1 else window[1 + (it // 2) % (len(window) - 1)]
+                 for it in range(self.cfg.iters)]
+        loss = self._steps(order, stats, {window[0].kf_id: newest})
+        return loss, stats.weight_sum, stats.error_sum, self.cfg.iters
 
     def _cycle(self, keyframes: list[Keyframe], iters: int) -> float:
         """``iters`` steps cycling through ``keyframes`` (each uploaded for its step); returns
         the last loss. Updates the published keyframe poses."""
-        device = self.smap.device
-        loss = torch.zeros((), device=device)
-        for it in range(iters):
-            kf = keyframes[it % len(keyframes)]
-            loss = self._step(KeyframeView.upload(kf, device), None, kf)
+        loss = self._steps([keyframes[it % len(keyframes)] for it in range(iters)], None)
         for kf in keyframes:
             self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
-        return float(loss)
+        return loss
 
     def refine(self, iters: int) -> float:
         """Final refinement at the end of input: ``iters`` steps on keyframes drawn at random
@@ -240,16 +260,12 @@ class Mapper:
         Publishes the result; returns the last loss."""
         if iters <= 0 or self.smap.n == 0 or not self.store.items:
             return float("nan")
-        device = self.smap.device
         order = torch.randint(0, len(self.store.items), (iters,), generator=self.generator).tolist()
-        loss = torch.zeros((), device=device)
-        for k in order:
-            kf = self.store.items[k]
-            loss = self._step(KeyframeView.upload(kf, device), None, kf)
+        loss = self._steps([self.store.items[k] for k in order], None)
         for kf in self.store.items:
             self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
         self._publish()
-        return float(loss)
+        return loss
 
     def _screen_radius(self, kf: Keyframe, device) -> torch.Tensor:
         """(N,) screen radius in px of every sphere in the newest keyframe (0 behind the camera)."""

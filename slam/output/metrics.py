@@ -154,6 +154,8 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             "mapping_total": float(map_ms.sum()),
             "loop_per_keyframe": (result.loop or {}).get("ms_per_keyframe"),
         },
+        # keyframes where a step graph's render ran out of pair room (slam/mapping/step_graph.py)
+        "mapping_pair_overflows": sum(1 for m in mapping if m.pair_overflow),
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
         "failure_reasons": _reasons(frames),

@@ -41,6 +41,7 @@ import torch
 import rasterizer
 from rasterizer import lm_state as L
 from slam.config import QualityConfig, TrackingConfig
+from slam.cuda_graphs import capture
 from slam.geometry import invert, orthonormalize, pivot_information_to_body
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
@@ -249,7 +250,8 @@ class FrameGraphs:
         self.init = torch.zeros(L.STATE_SIZE, dtype=torch.float64).pin_memory()
         self.graphs: dict = {}
         self.uses: dict = {}                     # key -> frames run without a graph
-        self.pool = None
+        self.pool_of: Optional[torch.cuda.CUDAGraph] = None   # a live graph whose pool the next shares
+        self.stream: Optional[torch.cuda.Stream] = None       # captures run here
         self.captures = 0
 
     def run(self, obs: Observation, snapshot: MapSnapshot, T_cw: np.ndarray, schedule) -> np.ndarray:
@@ -279,18 +281,18 @@ class FrameGraphs:
         self.solver.run_levels(self.scene, pyramid, self.state, schedule, stop_when_done=False)
 
     def _capture(self, key, schedule) -> None:
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the mapper thread keeps allocating and launching while the tracker captures
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            self._frame(schedule)
-        self.pool = graph.pool()
+        # slam.cuda_graphs: no device-wide wait (the mapper may be capturing its step meanwhile)
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(self.device)
+        graph, _ = capture(lambda: self._frame(schedule), self.stream, self.pool_of)
+        self.pool_of = graph       # every graph of this tracker shares the first one's pool
         self.graphs[key] = graph
         self.captures += 1
 
     def _reset(self) -> None:
         self.graphs.clear()
         self.uses.clear()
-        self.pool = None
+        self.pool_of = None
 
     def _load_scene(self, snap: MapSnapshot) -> None:
         if self.scene_version == snap.version and self.scene is not None:

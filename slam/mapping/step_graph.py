@@ -1,0 +1,116 @@
+"""The mapper's optimisation step replayed from a CUDA graph (``mapping.cuda_graph``).
+
+One step (``Mapper._update``: render the live spheres from a keyframe, the L1 loss, its backward,
+the Adam update of the rows) is about a hundred small GPU operations and, queued one by one from
+Python, about 2.5 ms of host time against 0.35 ms of GPU time on an H200 (7-Scenes, 48k spheres,
+320x240): the mapper was host-bound. Here the step is captured once per keyframe, when the sphere
+count is fixed for that keyframe's iterations, over static inputs: the keyframe's compact images
+and pose (copied in before each replay) and a leaf view of the live rows (the map's own memory, so
+each replay reads the rows the last one updated). Per step the host then makes three copies and
+one graph launch.
+
+The render inside the graph cannot wait for the binning's pair count, so it bins with room for
+``capacity`` pairs (``rasterizer.PairRoom``): the most pairs any render of this mapper has needed,
+times ``HEADROOM``. The room is read once per keyframe, after its steps. A step that overflowed
+rendered some tiles without their farthest spheres; by then the spheres have moved on, so the
+steps are not redone: the overflow is counted (``MappingReport.pair_overflow``, metrics.json
+``mapping.pair_overflows``) and the next keyframe captures with room for what was seen.
+
+Not captured (the step runs as queued kernels): keyframe pose refinement (``mapping.refine_poses``:
+its Adam runs on the host), keyframes of another size or camera than the first step's, CPU.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+import rasterizer
+from slam.cuda_graphs import capture
+from slam.geometry import invert
+from slam.map.keyframes import Keyframe, KeyframeView
+
+# Room for pairs over the most seen: the map grows between keyframes and views differ. Not a
+# tuning value: an overflow is counted and the room grows; more headroom only costs memory
+# (20 bytes a pair).
+HEADROOM = 1.5
+ROOM_STEP = 1 << 16                 # capacity rounded up to this many pairs
+MIN_STEPS = 4                       # fewer steps than this: queued kernels (a capture costs ~1 step)
+
+
+class StepGraph:
+    """The mapper's steps through one CUDA graph per keyframe (module docstring). Mapping thread."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.room = rasterizer.PairRoom(device)      # exact binning until a count is known
+        self.capacity: Optional[int] = None
+        self.graph: Optional[torch.cuda.CUDAGraph] = None   # the last captured: its memory pool is
+                                                    # shared by the next capture (kept alive until then)
+        self.stream = torch.cuda.Stream(device)      # captures run here (slam.cuda_graphs)
+        self.images: Optional[tuple] = None          # static (color uint8, depth float16, T_cw)
+        self.key = None                              # (h, w, K) of the static images
+        self.most = 0                                # most pairs seen (host copy)
+        self.captures = 0
+        self.replays = 0
+        self.overflows = 0
+
+    def usable(self, keyframes: list[Keyframe]) -> bool:
+        """Whether these steps (one keyframe each) can replay a graph: enough of them, every
+        keyframe of one size and camera, and a pair count already seen (by a step queued without
+        the graph: the first keyframe's)."""
+        if self.most == 0:
+            self.most = self.room.read()[0]
+        if len(keyframes) < MIN_STEPS or self.most == 0:
+            return False
+        kf0 = keyframes[0]
+        return all(k.color.shape == kf0.color.shape and np.array_equal(k.K, kf0.K) for k in keyframes)
+
+    def run(self, keyframes: list[Keyframe], rows: torch.Tensor, stats,
+            update: Callable[[KeyframeView, object, torch.Tensor, object], torch.Tensor]) -> tuple[float, bool]:
+        """One step per keyframe of ``keyframes`` (in order) through a graph of
+        ``update(view, stats, rows, room) -> loss`` captured here; ``rows``: the (N, 8) leaf of the
+        live rows that ``update`` differentiates and steps. Returns (the last step's loss, whether
+        any step overflowed its pair room). Two host waits: the loss and the room."""
+        self.capacity = max(self.capacity or 0, int(math.ceil(HEADROOM * self.most / ROOM_STEP)) * ROOM_STEP)
+        self.room.capacity = self.capacity
+        self._load(keyframes[0])
+        graph, loss = self._capture(rows, stats, update)
+        for kf in keyframes:
+            self._load(kf)
+            graph.replay()
+        self.replays += len(keyframes)
+        self.captures += 1
+        value = float(loss)
+        self.most, overflowed = self.room.read()
+        self.room.capacity = None
+        if overflowed:
+            self.overflows += 1
+            self.room.counts[1] = 0.0
+        return value, overflowed
+
+    def _load(self, kf: Keyframe) -> None:
+        """Copy ``kf``'s compact images and pose into the static inputs (stream-ordered)."""
+        key = (kf.color.shape, tuple(np.asarray(kf.K).ravel()))
+        if key != self.key:
+            h, w = kf.depth.shape
+            self.images = (torch.empty((h, w, 3), dtype=torch.uint8, device=self.device),
+                           torch.empty((h, w), dtype=torch.float16, device=self.device),
+                           torch.empty((4, 4), dtype=torch.float32, device=self.device),
+                           torch.as_tensor(kf.K, dtype=torch.float32))
+            self.key = key
+        color, depth, T_cw, _ = self.images
+        color.copy_(torch.from_numpy(kf.color), non_blocking=True)
+        depth.copy_(torch.from_numpy(kf.depth), non_blocking=True)
+        T_cw.copy_(torch.as_tensor(invert(kf.T_wc), dtype=torch.float32), non_blocking=True)
+
+    def _capture(self, rows, stats, update):
+        """Capture ``update`` over the static inputs (sharing the last graph's memory pool, which
+        is then freed); -> (graph, loss)."""
+        color, depth, T_cw, K = self.images
+        graph, loss = capture(lambda: update(KeyframeView.derive(color, depth, K, T_cw), stats, rows, self.room),
+                              self.stream, self.graph)
+        self.graph = graph
+        return graph, loss
