@@ -204,12 +204,13 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
 @pytest.mark.parametrize("slow", [True, False])
 def test_in_a_slow_stream_each_keyframe_is_mapped_before_the_next_frame(sample_run, slow):
     """The sample at 30 Hz with the slow-stream interval below (slow) or above (default) its
-    frame interval, and a slow mapper: in a slow stream every frame is tracked against a map
-    that has every keyframe handed over before it (the sequential order); at camera rate the
-    tracker runs one keyframe ahead of the map (so the check can fail)."""
+    frame interval, and a slow mapper, with ``system.max_unmapped_keyframes`` 1: in a slow stream
+    every frame is tracked against a map that has every keyframe handed over before it (the
+    sequential order); at camera rate the tracker runs one keyframe ahead of the map (so the check
+    can fail)."""
     interval = 0.01 if slow else 0.1
     cfg = sample_run.cfg(16, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
-                         f"system.slow_stream_interval_s={interval}")
+                         f"system.slow_stream_interval_s={interval}", "system.max_unmapped_keyframes=1")
     system = SlamSystem(cfg)
     lags = []
 

@@ -131,3 +131,13 @@ def test_the_systems_tracker_is_its_wall_time_and_threads_never_lose_to_running_
     assert p["terms"]["tracking"] == pytest.approx(200.0)
     assert p["terms"]["lock"] == pytest.approx(200.0 + 0.4 * 600.0)
     assert p["fps_sequential"] == pytest.approx(1e3 / (200.0 + 0.4 * 650.0)) and p["fps_sequential"] <= p["fps"]
+
+
+def test_a_tracker_that_waits_for_each_keyframe_adds_the_mapping_to_its_frames():
+    # system.max_unmapped_keyframes 0: the tracker and the mapper take turns
+    prof = dict(_profile(_tracking(host=0.5, wall=2.0), _mapping(100.0, raster=60.0), 0.2), max_unmapped_keyframes=0)
+    p = model.project_system(prof, H200, H200)
+    assert "mapper" not in p["terms"] and p["bound"] == "tracking+mapping"
+    assert p["fps"] == pytest.approx(1e3 / (2.0 + 0.2 * 100.0))
+    ahead = model.project_system(dict(prof, max_unmapped_keyframes=1), H200, H200)
+    assert ahead["fps"] == pytest.approx(1e3 / (0.2 * 100.0)) and ahead["fps"] > p["fps"]

@@ -344,13 +344,16 @@ class SystemConfig:
     device: str = "auto"            # "auto" | "cpu" | "cuda" | "cuda:1"
     threaded: bool = True           # False = deterministic single-thread mode
     queue_size: int = 4             # frames waiting for the tracking thread
-    max_unmapped_keyframes: int = 1 # threaded: keyframes handed to the mapper and not yet in the
+    max_unmapped_keyframes: int = 0 # threaded: keyframes handed to the mapper and not yet in the
                                     # published map; the tracker waits before handing over one
                                     # more, so it never tracks against a map more than this many
-                                    # keyframes old (with 4, a tracker faster than the mapper
-                                    # tracked against maps 5 keyframes stale and lost accuracy:
-                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are); 0:
-                                    # each keyframe is mapped before the next frame is tracked
+                                    # keyframes old. 0: each keyframe is mapped before the next
+                                    # frame is tracked: on the H200 as fast as 1 since the mapper's
+                                    # step graph, as accurate on the real sequences, and the
+                                    # generated loop's snap is found (1.45 vs 2.13 cm); with 4 the
+                                    # tracker lost accuracy on maps 5 keyframes stale
+                                    # (docs/benchmarks.md#why-the-defaults-are-what-they-are). The
+                                    # Jetson configs keep 1: there the mapper is the slower thread
     slow_stream_interval_s: float = 0.1  # s: a stream whose usual frame interval is longer is slow:
                                     # a large predicted motion searches features before the
                                     # refinement, and (threaded) each keyframe is mapped before the

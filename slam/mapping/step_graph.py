@@ -14,7 +14,7 @@ The render inside the graph cannot wait for the binning's pair count, so it bins
 times ``HEADROOM``. The room is read once per keyframe, after its steps. A step that overflowed
 rendered some tiles without their farthest spheres; by then the spheres have moved on, so the
 steps are not redone: the overflow is counted (``MappingReport.pair_overflow``, metrics.json
-``mapping.pair_overflows``) and the next keyframe captures with room for what was seen.
+``mapping_pair_overflows``) and the next keyframe captures with room for what was seen.
 
 Not captured (the step runs as queued kernels): keyframe pose refinement (``mapping.refine_poses``:
 its Adam runs on the host), keyframes of another size or camera than the first step's, CPU.
@@ -50,8 +50,8 @@ class StepGraph:
         self.graph: Optional[torch.cuda.CUDAGraph] = None   # the last captured: its memory pool is
                                                     # shared by the next capture (kept alive until then)
         self.stream = torch.cuda.Stream(device)      # captures run here (slam.cuda_graphs)
-        self.images: Optional[tuple] = None          # static (color uint8, depth float16, T_cw)
-        self.key = None                              # (h, w, K) of the static images
+        self.images: Optional[tuple] = None          # static (color uint8, depth float16, T_cw; K on the host)
+        self.key = None                              # (image shape, K) of the static images
         self.most = 0                                # most pairs seen (host copy)
         self.captures = 0
         self.replays = 0

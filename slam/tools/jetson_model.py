@@ -42,7 +42,10 @@ the machine, and the profile stays one file from one machine):
 - The tracker waits for the mapper when it is ``system.max_unmapped_keyframes`` ahead, the mapper
   for keyframes: in steady state the slowest sets the pace, frame = max(t_t, M, L, G); system FPS =
   1000 / frame; the binding term is printed. t_t = h_t + g_t, or the larger with fewer than two
-  waits a frame (the tracker alone above, from h_t: the same on a GPU-bound tracker).
+  waits a frame (the tracker alone above, from h_t: the same on a GPU-bound tracker). With
+  ``max_unmapped_keyframes`` 0 (the profile's ``max_unmapped_keyframes``; 1 when absent) the
+  tracker waits for each keyframe to be mapped: the tracking term is t_t + M (``tracking+mapping``)
+  and the mapper has no term of its own.
 - Loop and grid threads never hold the pipeline up (the mapper offers them keyframes, never
   waits: a busy loop stage skips keyframes, the grid takes what queued at once); their load is
   r (CPU ms * cpu_ratio + GPU ms) / frame, above 1 they fall behind. Their heavy calls (numpy,
@@ -162,7 +165,11 @@ def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dic
     g_loop = gpu_ms(loop or {}, *ratio[1:])
     loop_ms = ((loop or {}).get("cpu_ms") or 0.0) * ratio[0] + g_loop
     grid_ms = ((grid or {}).get("cpu_ms") or 0.0) * ratio[0]
-    terms = {"tracking": t_t, "mapper": r * map_ms, "lock": h_t + r * h_m, "GPU": g_t + r * (g_m + g_loop)}
+    if profile.get("max_unmapped_keyframes", 1) == 0:     # each keyframe mapped before the next frame
+        terms = {"tracking+mapping": t_t + r * map_ms}
+    else:
+        terms = {"tracking": t_t, "mapper": r * map_ms}
+    terms.update({"lock": h_t + r * h_m, "GPU": g_t + r * (g_m + g_loop)})
     frame = max(terms.values())
     return {"machine": target.name, "terms": terms, "frame_ms": frame, "fps": 1e3 / frame if frame > 0 else float("inf"),
             "bound": max(terms, key=terms.get), "fps_tracking": project(profile, ref, target)["fps"],

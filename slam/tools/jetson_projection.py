@@ -64,15 +64,16 @@ def system_table(profile: dict, ref_key: str, nano_super: bool) -> str:
              f"host waits), loop {(loop.get('cpu_ms') or 0.0):.1f} ms CPU + {loop.get('gpu_ms', 0.0):.2f} GPU, "
              f"grid {(grid.get('cpu_ms') or 0.0):.1f} ms CPU",
              "",
-             "| machine | tracking alone FPS | mapping ms / keyframe | frame ms: tracking / mapper / lock / GPU "
-             "| system FPS (bound) | sequential FPS | loop / grid load |",
+             "| machine | tracking alone FPS | mapping ms / keyframe | frame ms: "
+             + " / ".join(project_system(profile, ref, ref)["terms"])
+             + " | system FPS (bound) | sequential FPS | loop / grid load |",
              "|---|---|---|---|---|---|---|"]
     for target in [ref] + targets(ref_key, nano_super):
         p = project_system(profile, ref, target)
         t = p["terms"]
         name = f"{p['machine']} (profiled)" if target is ref else p["machine"]
-        lines.append(f"| {name} | {p['fps_tracking']:.1f} | {p['mapping_ms']:.0f} | {t['tracking']:.1f} / "
-                     f"{t['mapper']:.1f} / {t['lock']:.1f} / {t['GPU']:.1f} | **{p['fps']:.1f}** ({p['bound']}) | "
+        lines.append(f"| {name} | {p['fps_tracking']:.1f} | {p['mapping_ms']:.0f} | "
+                     + " / ".join(f"{v:.1f}" for v in t.values()) + f" | **{p['fps']:.1f}** ({p['bound']}) | "
                      f"{p['fps_sequential']:.1f} | "
                      f"{_load(p['loop_load'])} / {_load(p['grid_load'])} |")
     return "\n".join(lines)

@@ -105,6 +105,7 @@ def main(argv=None) -> int:
         ms = timed()
     print(f"under the profiler: {ms:.1f} ms/frame")
     summary = {"machine": machine_name(system.device), "config": args.config, "overrides": args.set,
+               "max_unmapped_keyframes": cfg.system.max_unmapped_keyframes,   # the system model's pace
                "tracking": profile_summary(prof, n, wall_ms, renders_per_frame, system.device.type == "cuda")}
     if args.rows > 0:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
