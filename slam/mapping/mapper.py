@@ -67,7 +67,6 @@ class Mapper:
         self._inbox_lock = threading.Lock()
         # The step as one CUDA graph per keyframe (CUDA, mapping.cuda_graph); None: queued kernels.
         self.graph = StepGraph(smap.device) if cfg.cuda_graph and smap.device.type == "cuda" else None
-        self._last_overflow = False
 
     # ------------------------------------------------------------------ gauge and corrections
     def fix_keyframes(self, keyframes: list[Keyframe]) -> None:
@@ -150,8 +149,7 @@ class Mapper:
         before = {k.kf_id: k.T_wc for k in window}
         steps0 = self.poses.steps
         if self.cfg.iters > 0 and self.smap.n > 0:
-            report.loss, weight_sum, error_sum, renders = self._optimise(newest, window, device)
-            report.pair_overflow = self._last_overflow
+            report.loss, report.pair_overflow, weight_sum, error_sum, renders = self._optimise(newest, window, device)
             self.pruner.record(self.smap, weight_sum, error_sum, renders)
             if self.keyframes_seen % self.pruner.cfg.every == 0:
                 seen = weight_sum[: self.smap.n] > 0
@@ -215,41 +213,42 @@ class Mapper:
             view.T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=T_cw.device)
         return loss.detach()
 
-    def _steps(self, keyframes: list[Keyframe], stats, resident: dict | None = None) -> float:
-        """One optimisation step per keyframe of ``keyframes`` (in order); returns the last loss.
-        Through the step graph where it can run them (``mapping.cuda_graph``, no pose refinement),
-        else as queued kernels, each keyframe uploaded for its step unless in ``resident``
-        (id -> ``KeyframeView`` already on the device)."""
-        self._last_overflow = False
+    def _steps(self, keyframes: list[Keyframe], stats, resident: dict | None = None) -> tuple[float, bool]:
+        """One optimisation step per keyframe of ``keyframes`` (in order); returns (the last loss,
+        whether a step graph's render ran out of pair room). Through the step graph where it can
+        run them (``mapping.cuda_graph``, no pose refinement), else as queued kernels, each
+        keyframe uploaded for its step unless in ``resident`` (id -> ``KeyframeView`` already on
+        the device)."""
         if not self.smap.n or not keyframes:
-            return float("nan")
+            return float("nan"), False
         rows = self.smap.active().detach().requires_grad_(True)
         graph = self.graph
         if graph is not None and not self.poses.enabled and graph.usable(keyframes):
-            loss, self._last_overflow = graph.run(keyframes, rows, stats, self._update)
-            return loss
+            return graph.run(keyframes, rows, stats, self._update)
         device = self.smap.device
         room = graph.room if graph is not None else None
         loss = torch.zeros((), device=device)
         for kf in keyframes:
             view = (resident or {}).get(kf.kf_id) or KeyframeView.upload(kf, device)
             loss = self._update(view, stats, rows, room, kf)
-        return float(loss)
+        return float(loss), False
 
     def _optimise(self, newest: KeyframeView, window: list[Keyframe], device):
-        # Half the iterations on the newest keyframe (window[0], already on the device as
-        # ``newest``); the rest cycle through the window, each uploaded for its step only (6 bytes
-        # a pixel: a cheap copy, where the resident window was 4 MB of the 7-Scenes peak).
+        """``mapping.iters`` steps over the window -> (last loss, pair overflow, the statistics'
+        weight and error sums (N,), renders). Half the iterations on the newest keyframe (window[0],
+        already on the device as ``newest``); the rest cycle through the window, each uploaded for
+        its step only (6 bytes a pixel: a cheap copy, where the resident window was 4 MB of the
+        7-Scenes peak)."""
         stats = rasterizer.SphereStats(self.smap.n, device=device)
         order = [window[0] if it % 2 == 0 or len(window) == 1 else window[1 + (it // 2) % (len(window) - 1)]
                  for it in range(self.cfg.iters)]
-        loss = self._steps(order, stats, {window[0].kf_id: newest})
-        return loss, stats.weight_sum, stats.error_sum, self.cfg.iters
+        loss, overflow = self._steps(order, stats, {window[0].kf_id: newest})
+        return loss, overflow, stats.weight_sum, stats.error_sum, self.cfg.iters
 
     def _cycle(self, keyframes: list[Keyframe], iters: int) -> float:
         """``iters`` steps cycling through ``keyframes`` (each uploaded for its step); returns
         the last loss. Updates the published keyframe poses."""
-        loss = self._steps([keyframes[it % len(keyframes)] for it in range(iters)], None)
+        loss, _ = self._steps([keyframes[it % len(keyframes)] for it in range(iters)], None)
         for kf in keyframes:
             self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
         return loss
@@ -261,7 +260,7 @@ class Mapper:
         if iters <= 0 or self.smap.n == 0 or not self.store.items:
             return float("nan")
         order = torch.randint(0, len(self.store.items), (iters,), generator=self.generator).tolist()
-        loss = self._steps([self.store.items[k] for k in order], None)
+        loss, _ = self._steps([self.store.items[k] for k in order], None)
         for kf in self.store.items:
             self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
         self._publish()
