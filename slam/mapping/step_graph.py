@@ -76,16 +76,18 @@ class StepGraph:
         any step overflowed its pair room). Two host waits: the loss and the room."""
         self.capacity = max(self.capacity or 0, int(math.ceil(HEADROOM * self.most / ROOM_STEP)) * ROOM_STEP)
         self.room.capacity = self.capacity
-        self._load(keyframes[0])
-        graph, loss = self._capture(rows, stats, update)
-        for kf in keyframes:
-            self._load(kf)
-            graph.replay()
+        try:
+            self._load(keyframes[0])
+            graph, loss = self._capture(rows, stats, update)
+            for kf in keyframes:
+                self._load(kf)
+                graph.replay()
+            value = float(loss)
+        finally:
+            self.room.capacity = None        # renders outside the graph bin exactly
         self.replays += len(keyframes)
         self.captures += 1
-        value = float(loss)
         self.most, overflowed = self.room.read()
-        self.room.capacity = None
         if overflowed:
             self.overflows += 1
             self.room.counts[1] = 0.0
