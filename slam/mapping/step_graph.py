@@ -54,7 +54,6 @@ class StepGraph:
         self.key = None                              # (image shape, K) of the static images
         self.most = 0                                # most pairs seen (host copy)
         self.captures = 0
-        self.replays = 0
         self.overflows = 0
 
     def usable(self, keyframes: list[Keyframe]) -> bool:
@@ -77,7 +76,7 @@ class StepGraph:
         self.capacity = max(self.capacity or 0, int(math.ceil(HEADROOM * self.most / ROOM_STEP)) * ROOM_STEP)
         self.room.capacity = self.capacity
         try:
-            self._load(keyframes[0])
+            self._allocate(keyframes[0])
             graph, loss = self._capture(rows, stats, update)
             for kf in keyframes:
                 self._load(kf)
@@ -85,7 +84,6 @@ class StepGraph:
             value = float(loss)
         finally:
             self.room.capacity = None        # renders outside the graph bin exactly
-        self.replays += len(keyframes)
         self.captures += 1
         self.most, overflowed = self.room.read()
         if overflowed:
@@ -93,8 +91,9 @@ class StepGraph:
             self.room.counts[1] = 0.0
         return value, overflowed
 
-    def _load(self, kf: Keyframe) -> None:
-        """Copy ``kf``'s compact images and pose into the static inputs (stream-ordered)."""
+    def _allocate(self, kf: Keyframe) -> None:
+        """The static inputs for keyframes of ``kf``'s size and camera (kept while they last; the
+        capture reads their addresses, each replay what ``_load`` copied into them)."""
         key = (kf.color.shape, tuple(np.asarray(kf.K).ravel()))
         if key != self.key:
             h, w = kf.depth.shape
@@ -103,6 +102,10 @@ class StepGraph:
                            torch.empty((4, 4), dtype=torch.float32, device=self.device),
                            torch.as_tensor(kf.K, dtype=torch.float32))
             self.key = key
+
+    def _load(self, kf: Keyframe) -> None:
+        """Copy ``kf``'s compact images and pose into the static inputs (stream-ordered; ``usable``
+        checked that ``kf`` has their size and camera)."""
         color, depth, T_cw, _ = self.images
         color.copy_(torch.from_numpy(kf.color), non_blocking=True)
         depth.copy_(torch.from_numpy(kf.depth), non_blocking=True)
