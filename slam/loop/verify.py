@@ -41,6 +41,9 @@ from slam.tracking.tracker import Tracker
 # tolerance (wrong associations). Fixed: they bound the cost and the basin, they tune nothing.
 ICP_STRIDE = 4
 ICP_MAX_PAIR = 3.0
+# ICP stops once a step moves the pose by less than this (rad and m, each component): far below
+# what any test downstream resolves (depth tolerances of centimetres, loop sigmas of millimetres).
+ICP_CONVERGED = 1e-7
 # ICP's normal equations, rotation columns scaled by the median depth (both in metres at the
 # scene), are degenerate when their smallest eigenvalue is below ICP_DEGENERATE x their largest:
 # a flat view lets the pose slide along the plane. Measured: flat views 1e-18 to 4e-5, views with
@@ -79,11 +82,12 @@ class Measurement(NamedTuple):
     method: str
 
 
-def point_map(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """depth (H, W) metres -> camera points (H, W, 3) (0 where depth is 0)."""
+def point_map(depth: np.ndarray, K: np.ndarray, stride: int = 1) -> np.ndarray:
+    """depth (H, W) metres -> camera points (H, W, 3) (0 where depth is 0); with ``stride`` those
+    of every stride-th pixel in both directions only (``[::stride, ::stride]`` of the full map)."""
     h, w = depth.shape
-    u, v = np.meshgrid(np.arange(w), np.arange(h))
-    z = depth.astype(np.float64)
+    u, v = np.meshgrid(np.arange(0, w, stride), np.arange(0, h, stride))
+    z = depth[::stride, ::stride].astype(np.float64)
     return np.stack([(u - K[0, 2]) / K[0, 0] * z, (v - K[1, 2]) / K[1, 1] * z, z], axis=-1)
 
 
@@ -93,10 +97,50 @@ def normal_map(points: np.ndarray) -> np.ndarray:
     dy = np.zeros_like(points)
     dx[:, 1:-1] = points[:, 2:] - points[:, :-2]
     dy[1:-1] = points[2:] - points[:-2]
-    n = np.cross(dx, dy)
-    norm = np.linalg.norm(n, axis=-1, keepdims=True)
+    n = _cross(dx, dy)
+    norm = np.sqrt(np.einsum("...i,...i->...", n, n))[..., None]
     ok = (norm > 1e-12) & (points[..., 2:3] > 0)
     return np.where(ok, n / np.maximum(norm, 1e-12), 0.0)
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a x b over the last axis (3); np.cross's arithmetic without its axis juggling."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=np.result_type(a, b))
+    out[..., 0] = a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1]
+    out[..., 1] = a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2]
+    out[..., 2] = a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+    return out
+
+
+class DepthSurface:
+    """A depth image's points and normals, as ``point_map`` and ``normal_map`` give them, computed
+    only at the pixels asked for (projective ICP reads a few thousand of an image's pixels), as
+    (3, M) arrays: one row per axis (numpy's row gathers of (M, 3) arrays cost far more)."""
+
+    def __init__(self, depth: np.ndarray, K: np.ndarray) -> None:
+        """depth: (H, W) metres (0 = none); K: (3, 3) intrinsics."""
+        self.h, self.w = depth.shape
+        self.z = np.asarray(depth, dtype=np.float64).ravel()
+        self.rx = (np.arange(self.w) - K[0, 2]) / K[0, 0]    # point_map's x = rx[u] z, y = ry[v] z
+        self.ry = (np.arange(self.h) - K[1, 2]) / K[1, 1]
+
+    def _point(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        z = self.z[v * self.w + u]
+        return np.stack([self.rx[u] * z, self.ry[v] * z, z])
+
+    def at(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pixels (u, v): (N,) int64 inside the image -> (points (3, M), unit normals (3, M),
+        keep (N,) bool): the M pixels kept have depth and a normal (``normal_map``'s rule)."""
+        w, h = self.w, self.h
+        dx = self._point(np.minimum(u + 1, w - 1), v) - self._point(np.maximum(u - 1, 0), v)
+        dy = self._point(u, np.minimum(v + 1, h - 1)) - self._point(u, np.maximum(v - 1, 0))
+        dx *= (u > 0) & (u < w - 1)         # normal_map's central differences: none at the border
+        dy *= (v > 0) & (v < h - 1)
+        n = _cross(dx.T, dy.T).T
+        norm = np.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
+        points = self._point(u, v)
+        keep = (norm > 1e-12) & (points[2] > 0)
+        return points[:, keep], n[:, keep] / norm[keep], keep
 
 
 def _tolerance(z: np.ndarray, tol: float, quad: float) -> np.ndarray:
@@ -126,41 +170,45 @@ def icp(src: np.ndarray, dst_depth: np.ndarray, dst_K: np.ndarray, T_init: np.nd
         tol: float, quad: float) -> IcpResult:
     """Projective point-to-plane ICP. src: (N, 3) points in the source camera (metres); dst_depth
     (H, W) metres with intrinsics dst_K; T_init (4, 4) source camera -> destination camera.
-    ``iters`` steps, then the normal equations and residuals at the final pose (``IcpResult``)."""
-    dst_pts = point_map(dst_depth, dst_K)
-    dst_n = normal_map(dst_pts)
+    At most ``iters`` steps (fewer once a step is below ICP_CONVERGED), then the normal equations
+    and residuals at the final pose (``IcpResult``)."""
+    surface = DepthSurface(dst_depth, dst_K)
     h, w = dst_depth.shape
+    fx, fy, cx, cy = dst_K[0, 0], dst_K[1, 1], dst_K[0, 2], dst_K[1, 2]
+    sx, sy, sz = np.array(src, dtype=np.float64).T        # (3, N) rows: see DepthSurface
     T = np.array(T_init, dtype=np.float64)
     overlap, inliers = 0.0, 0.0
     H, depths, var = None, None, 0.0   # the last normal equations, their points' depths, residual variance
+    converged = False
     for it in range(iters + 1):
-        p = src @ T[:3, :3].T + T[:3, 3]
-        z = p[:, 2]
-        front = z > 1e-3
-        u = np.round(dst_K[0, 0] * p[:, 0] / np.where(front, z, 1.0) + dst_K[0, 2]).astype(np.int64)
-        v = np.round(dst_K[1, 1] * p[:, 1] / np.where(front, z, 1.0) + dst_K[1, 2]).astype(np.int64)
-        inside = front & (u >= 0) & (u < w) & (v >= 0) & (v < h)
-        ui, vi = u[inside], v[inside]
-        q = dst_pts[vi, ui]
-        n = dst_n[vi, ui]
-        valid = (q[:, 2] > 0) & (np.abs(n).sum(1) > 0)
-        pv, qv, nv = p[inside][valid], q[valid], n[valid]
-        overlap = float(valid.sum()) / max(len(src), 1)
-        if len(pv) < 6:
+        R, t0 = T[:3, :3], T[:3, 3]
+        p = np.stack([R[i, 0] * sx + R[i, 1] * sy + R[i, 2] * sz + t0[i] for i in range(3)])
+        front = p[2] > 1e-3
+        zs = np.where(front, p[2], 1.0)
+        u = np.round(fx * p[0] / zs + cx).astype(np.int64)
+        v = np.round(fy * p[1] / zs + cy).astype(np.int64)
+        inside = np.flatnonzero(front & (u >= 0) & (u < w) & (v >= 0) & (v < h))
+        q, n, keep = surface.at(u[inside], v[inside])
+        p = p[:, inside[keep]]
+        overlap = float(p.shape[1]) / max(len(sx), 1)
+        if p.shape[1] < 6:
             return IcpResult(T, overlap, 0.0, 0.0)
-        r = np.einsum("ij,ij->i", nv, pv - qv)
-        t = _tolerance(qv[:, 2], tol, quad)
-        inliers = float((np.abs(r) < t).mean())
-        use = np.linalg.norm(pv - qv, axis=1) < ICP_MAX_PAIR * t
-        if use.sum() < 6:
+        d = p - q
+        r = n[0] * d[0] + n[1] * d[1] + n[2] * d[2]
+        t = _tolerance(q[2], tol, quad)
+        inliers = float(np.count_nonzero(np.abs(r) < t)) / len(r)
+        use = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]) < (ICP_MAX_PAIR * t) ** 2
+        if np.count_nonzero(use) < 6:
             break
-        J = np.concatenate([np.cross(pv[use], nv[use]), nv[use]], axis=1)      # d r / d (omega, v)
-        H, depths = J.T @ J, pv[use, 2]
-        var = float(r[use] @ r[use]) / max(int(use.sum()) - 6, 1)
-        if it == iters:
+        pu, nu, ru = p[:, use], n[:, use], r[use]
+        J = np.concatenate([_cross(pu.T, nu.T).T, nu])      # (6, M): d r / d (omega, v)
+        H, depths = J @ J.T, pu[2]
+        var = float(ru @ ru) / max(len(ru) - 6, 1)
+        if it == iters or converged:
             break
-        step = -np.linalg.solve(H + 1e-9 * np.eye(6), J.T @ r[use])
+        step = -np.linalg.solve(H + 1e-9 * np.eye(6), J @ ru)
         T = orthonormalize(pivot_increment(step, 0.0) @ T)
+        converged = float(np.abs(step).max()) < ICP_CONVERGED
     z_median = float(np.median(depths)) if depths is not None else 0.0
     return IcpResult(T, overlap, inliers, _conditioning(H, depths), H, var, z_median)
 
@@ -274,7 +322,7 @@ class LoopVerifier:
     # ------------------------------------------------------------------ the measurement's steps
     def _icp(self, new: Keyframe, old: Keyframe, T_init: np.ndarray, iters: Optional[int] = None) -> IcpResult:
         depth = new.depth.astype(np.float32)
-        pts = point_map(depth, new.K)[::ICP_STRIDE, ::ICP_STRIDE].reshape(-1, 3)
+        pts = point_map(depth, new.K, ICP_STRIDE).reshape(-1, 3)
         pts = pts[pts[:, 2] > 0]
         iters = self.cfg.icp_iters if iters is None else iters
         return icp(pts, old.depth.astype(np.float32), old.K, T_init, iters, self.cfg.depth_tol, self.quad)
