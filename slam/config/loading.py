@@ -239,6 +239,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.system.max_unmapped_keyframes < 0:
         raise ConfigError(f"system.max_unmapped_keyframes: must be >= 0, got {cfg.system.max_unmapped_keyframes}")
+    interval = cfg.system.switch_interval_ms
+    if interval is not None and not 0.0 < interval <= 1000.0:
+        raise ConfigError(f"system.switch_interval_ms: milliseconds in (0, 1000] or null (Python's own), got {interval}")
     if cfg.tracking.iters < 0 or cfg.mapping.iters < 0:
         raise ConfigError("tracking.iters and mapping.iters must be >= 0")
     if not 0.0 <= cfg.tracking.coarse_share <= 1.0:

@@ -361,6 +361,13 @@ class SystemConfig:
                                     # such frames (slam/tracking/stream_clock.py). At camera rate
                                     # the search runs only when the refinement from the prior
                                     # fails, and the tracker runs max_unmapped_keyframes ahead
+    switch_interval_ms: Optional[float] = 0.5  # threaded: Python's thread switch interval
+                                    # (sys.setswitchinterval) during the run; null: Python's own,
+                                    # 5 ms. A thread that wakes from a GPU wait (the tracker, the
+                                    # mapper) waits up to this long for the interpreter while the
+                                    # loop or grid thread runs Python: H200 suite at 0.5 vs 5 ms,
+                                    # 7-Scenes 73.8 vs 62.4 FPS, the sample 70.0 vs 54.1, the same
+                                    # ATE (docs/benchmarks.md#why-the-defaults-are-what-they-are)
     seed: int = 0
     progress: bool = True
     profile_frames: int = 0         # CUDA: after the run, track the last frame again this many

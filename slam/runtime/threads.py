@@ -13,9 +13,10 @@ way. Each thread has its own CUDA stream. Both runners behave alike.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterable, Iterator, Optional
 
 import torch
@@ -175,8 +176,27 @@ class _ThreadedRun:
             self.loops_done.set()
 
 
+@contextmanager
+def switch_interval(ms: Optional[float]) -> Iterator[None]:
+    """Python's thread switch interval at ``ms`` milliseconds inside the block (None: unchanged),
+    the previous one restored after it: the longest a thread ready to run Python waits while
+    another holds the interpreter (``system.switch_interval_ms``)."""
+    before = sys.getswitchinterval()
+    if ms is not None:
+        sys.setswitchinterval(ms / 1000.0)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def run_threaded(system, frames: Iterable, progress: Progress) -> None:
     """Feed ``frames`` to a tracking and a mapping thread; returns when both have ended."""
+    with switch_interval(system.cfg.system.switch_interval_ms):
+        _run_threaded(system, frames, progress)
+
+
+def _run_threaded(system, frames: Iterable, progress: Progress) -> None:
     run = _ThreadedRun(system, progress)
     tracking = threading.Thread(target=run.guard, args=(run.tracking_loop,), name="tracking", daemon=True)
     mapping = threading.Thread(target=run.guard, args=(run.mapping_loop,), name="mapping", daemon=True)
