@@ -134,8 +134,8 @@ class DepthSurface:
         w, h = self.w, self.h
         dx = self._point(np.minimum(u + 1, w - 1), v) - self._point(np.maximum(u - 1, 0), v)
         dy = self._point(u, np.minimum(v + 1, h - 1)) - self._point(u, np.maximum(v - 1, 0))
-        dx *= (u > 0) & (u < w - 1)         # normal_map's central differences: none at the border
-        dy *= (v > 0) & (v < h - 1)
+        dx[:, (u == 0) | (u == w - 1)] = 0.0       # normal_map's central differences: none at the border
+        dy[:, (v == 0) | (v == h - 1)] = 0.0
         n = _cross(dx.T, dy.T).T
         norm = np.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
         points = self._point(u, v)
