@@ -486,9 +486,18 @@ def test_bridge_end_to_end_on_sample_messages(tmp_path):
     deadline = time.monotonic() + 30
     while (not sink.clouds or not sink.images) and time.monotonic() < deadline:
         time.sleep(0.1)
+    # the 4th frame's keyframe may still be mapping after its odometry: save once the published
+    # map has stopped changing (CI once saved one snapshot and compared with the next)
+    deadline, last, since = time.monotonic() + 60, None, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 2.0:
+        version = bridge.system.smap.latest().version
+        if version != last:
+            last, since = version, time.monotonic()
+        time.sleep(0.05)
+    snap_at_save = bridge.system.smap.latest()   # shutdown's final refinement publishes a newer one
     ok, message = bridge.save_map(str(tmp_path / "saved.ply"))
     assert ok and (tmp_path / "saved.ply").exists(), message
-    snap_at_save = bridge.system.smap.latest()   # shutdown's final refinement publishes a newer one
+    assert bridge.system.smap.latest() is snap_at_save, "the map changed while it was saved"
     metrics = bridge.shutdown()
     assert bridge.shutdown() is metrics and bridge.error is None
     stamps = [int(round(f.timestamp * 1e6)) * 1000 for f in frames[1:]]
