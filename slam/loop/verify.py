@@ -94,13 +94,15 @@ def point_map(depth: np.ndarray, K: np.ndarray, stride: int = 1) -> np.ndarray:
 
 
 def normal_map(points: np.ndarray) -> np.ndarray:
-    """(H, W, 3) camera points -> unit normals (H, W, 3) from central differences (0 where undefined)."""
+    """(H, W, 3) camera points -> unit normals (H, W, 3) from central differences (0 where undefined).
+    The whole-image formulation: ICP reads ``DepthSurface`` (the same normals at chosen pixels), and
+    the tests check it against this one."""
     dx = np.zeros_like(points)
     dy = np.zeros_like(points)
     dx[:, 1:-1] = points[:, 2:] - points[:, :-2]
     dy[1:-1] = points[2:] - points[:-2]
-    n = _cross(dx, dy)
-    norm = np.sqrt(np.einsum("...i,...i->...", n, n))[..., None]
+    n = np.cross(dx, dy)
+    norm = np.linalg.norm(n, axis=-1, keepdims=True)
     ok = (norm > 1e-12) & (points[..., 2:3] > 0)
     return np.where(ok, n / np.maximum(norm, 1e-12), 0.0)
 
