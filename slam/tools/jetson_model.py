@@ -52,9 +52,10 @@ the machine, and the profile stays one file from one machine):
   OpenCV, gtsam) release the lock: left out of L, as is the caller's thread (reading, uploads).
 - Sequential (``system.threaded: false``: nothing overlaps): t_t + r (T_m + loop + grid).
 - Not modelled: the lock's hand-over latency; a thread's waits lengthened by the other's kernels
-  (its path counts its own GPU time, G the sum). On the H200 the mapper once took 88-99 ms per
-  keyframe alone and 120 in the running system (``git show c162018:docs/benchmarks.md``, calls I
-  and J); ``--check`` shows that gap.
+  (its path counts its own GPU time, G the sum). The first is large: the loop and grid threads'
+  Python between those heavy calls holds the lock that the tracker and the mapper need after each
+  GPU wait (H200, 7-Scenes: 65 FPS measured, 89 with both threads off, 100 predicted;
+  ``system.switch_interval_ms`` shortens the wait; docs/JETSON.md). ``--check`` shows that gap.
 """
 from __future__ import annotations
 
