@@ -3,7 +3,8 @@ the ops themselves.
 
 Every op is declared once (its schema, in its ``csrc/*_cpu.cpp``) and has a CPU and a CUDA kernel
 (``TORCH_LIBRARY_IMPL`` in its ``*_cpu.cpp`` and ``*_cuda.cu``); torch's dispatcher picks the
-kernel by the tensors' device. ``ops(kind)`` loads the libraries that ``kind`` needs (the CPU one
+kernel by the tensors' device. The ops in ``HOST_ONLY`` have a CPU kernel only: what they work on
+lives on the host. ``ops(kind)`` loads the libraries that ``kind`` needs (the CPU one
 always: it declares the ops; the CUDA one after it for ``'cuda'``) and returns
 ``torch.ops.sphere_raster``. ``resolve_backend`` is the one place a wrapper's ``backend`` argument
 is checked and ``'auto'`` resolved.
@@ -26,6 +27,9 @@ NAMESPACE = "sphere_raster"
 BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 OP_BACKENDS = BACKENDS[:4]   # every other wrapper's: gsplat has no counterpart of them
 KERNELS = ("cpu", "cuda")
+# Ops without a CUDA kernel: the loop stage's ICP (rasterizer/icp.py) aligns keyframe depths, which
+# are kept on the host; it is a kernel to run without the interpreter lock, not to run on a GPU.
+HOST_ONLY = ("icp_point_to_plane",)
 
 _lock = threading.Lock()
 _loaded: dict = {}

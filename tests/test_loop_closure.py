@@ -291,7 +291,8 @@ def test_icp_reports_a_flat_view_as_degenerate():
     """ICP's conditioning (slam.loop.verify.icp) tells a view with relief (10 -> 12: ICP lands
     within 1 mm, its pose is the loop's measurement) from a mostly flat one (30 -> 33: ICP slides
     2.4 cm along the wall; the RGB-D odometry measures instead). Measured: 1.8e-2 and ~1e-18."""
-    from slam.loop.verify import ICP_DEGENERATE, icp, point_map
+    from slam.loop.icp import icp, point_map
+    from slam.loop.verify import ICP_DEGENERATE
     conditioning = {}
     for ka, kb in ((10, 12), (30, 33)):
         old, new, truth, start = _keyframe_pair(ka, kb)

@@ -1,8 +1,8 @@
-"""ICP's destination surface (slam.loop.verify.DepthSurface) against the full-image maps it
+"""ICP's destination surface (slam.loop.icp.DepthSurface) against the full-image maps it
 replaces (point_map, normal_map): the same points and normals at the pixels asked for."""
 import numpy as np
 
-from slam.loop.verify import DepthSurface, normal_map, point_map
+from slam.loop.icp import DepthSurface, normal_map, point_map
 
 
 def _depth(rng, h=24, w=32):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from slam.geometry import adjoint, se3_exp, se3_log
+from slam.loop.icp import icp, point_map
 from slam.loop.information import NOISE_INFLATION, chi2_quantile, edge_error, measurement_information
-from slam.loop.verify import icp, point_map
 
 
 def test_se3_log_inverts_the_exponential_and_the_adjoint_moves_a_left_step_to_the_body():

@@ -64,16 +64,10 @@ inline LmSettings make_lm_settings(const double* s) {
   return LmSettings{s[0], s[1], s[2], s[3], s[4], s[5], (int)s[6], s[7] != 0.0};
 }
 
-// x = -(H + damping diag(max(diag H, min_diag)))^-1 g of a packed result (n = 6 or 8 parameters),
-// by Gaussian elimination with partial pivoting (the system is 8x8). Returns false (x = 0) when
-// the damped system is singular or the step is not finite (NaN / inf normal equations: no move).
-SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag, int n, double* x) {
-  double A[kGnParams][kGnParams + 1];
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) A[i][j] = packed[i <= j ? gn_tri(i, j) : gn_tri(j, i)];
-    A[i][i] += damping * fmax(A[i][i], min_diag);
-    A[i][n] = -packed[kGnG + i];
-  }
+// Solves A[:, :n] x = A[:, n] (n <= kGnParams rows of an augmented matrix, overwritten) by
+// Gaussian elimination with partial pivoting. Returns false (x = 0) when A is singular. Also the
+// loop stage's ICP step (icp_cpu.cpp).
+SR_HD bool solve_pivoted(double (*A)[kGnParams + 1], int n, double* x) {
   for (int c = 0; c < n; ++c) {
     int p = c;
     for (int r = c + 1; r < n; ++r)
@@ -98,6 +92,20 @@ SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag,
     for (int j = i + 1; j < n; ++j) s -= A[i][j] * x[j];
     x[i] = s / A[i][i];
   }
+  return true;
+}
+
+// x = -(H + damping diag(max(diag H, min_diag)))^-1 g of a packed result (n = 6 or 8 parameters),
+// by Gaussian elimination with partial pivoting (the system is 8x8). Returns false (x = 0) when
+// the damped system is singular or the step is not finite (NaN / inf normal equations: no move).
+SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag, int n, double* x) {
+  double A[kGnParams][kGnParams + 1];
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) A[i][j] = packed[i <= j ? gn_tri(i, j) : gn_tri(j, i)];
+    A[i][i] += damping * fmax(A[i][i], min_diag);
+    A[i][n] = -packed[kGnG + i];
+  }
+  if (!solve_pivoted(A, n, x)) return false;
   for (int i = 0; i < n; ++i)
     if (!lm_finite(x[i])) {
       for (int j = 0; j < n; ++j) x[j] = 0.0;
