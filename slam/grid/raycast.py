@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rasterizer.grid import grid_cast
 from slam.grid.floor import FloorFrame
 
 STEP_CELLS = 0.5          # free-segment sample spacing, cells
@@ -64,14 +65,31 @@ def cast(points_c: np.ndarray, T_wc: np.ndarray, floor: FloorFrame, resolution: 
          max_height: float, max_range: float) -> Contribution:
     """points_c: (N, 3) metres, camera frame (a ``Scan``'s); T_wc: (4, 4) the keyframe's pose;
     resolution: m per cell and per layer; min_height / max_height: the band, m above the floor;
-    max_range: m."""
-    P = np.asarray(points_c, dtype=np.float64)
-    if len(P) == 0:
+    max_range: m. The host kernel ``rasterizer.grid.grid_cast`` (one call without the interpreter
+    lock: the grid thread casts beside the tracking and mapping threads); ``cast_reference`` is its
+    NumPy model."""
+    pts, cam, layers = _floor_frame(points_c, T_wc, floor, resolution, min_height, max_height)
+    if len(pts) == 0:
         return Contribution.empty()
+    occupied, free = grid_cast(pts, cam, resolution, min_height, max_height, max_range, layers, STEP_CELLS)
+    return Contribution(occupied, free)
+
+
+def _floor_frame(points_c, T_wc, floor: FloorFrame, resolution: float, min_height: float, max_height: float):
+    """(the points (N, 3) and the camera (3,) in the floor frame, float64; the band's layers)."""
+    P = np.asarray(points_c, dtype=np.float64)
     layers = max(1, int(np.ceil((max_height - min_height) / resolution - 1e-9)))
     T_wc = np.asarray(T_wc, dtype=np.float64)
     pts = floor.to_floor(P @ T_wc[:3, :3].T + T_wc[:3, 3])           # (N, 3): x, y, height
-    cam = floor.to_floor(T_wc[None, :3, 3])[0]
+    return pts, floor.to_floor(T_wc[None, :3, 3])[0], layers
+
+
+def cast_reference(points_c: np.ndarray, T_wc: np.ndarray, floor: FloorFrame, resolution: float,
+                   min_height: float, max_height: float, max_range: float) -> Contribution:
+    """``cast`` in NumPy: the model the host kernel follows and the tests' oracle."""
+    pts, cam, layers = _floor_frame(points_c, T_wc, floor, resolution, min_height, max_height)
+    if len(pts) == 0:
+        return Contribution.empty()
     d = pts - cam
     dist = np.linalg.norm(d, axis=1)
     t_end = np.minimum(1.0, max_range / np.maximum(dist, 1e-9))         # cut at max_range
@@ -90,6 +108,9 @@ def cast(points_c: np.ndarray, T_wc: np.ndarray, floor: FloorFrame, resolution: 
     ta = np.clip(ta, 0.0, None)
     tb = np.minimum(tb, t_end)
     seg = tb > ta
+    occupied = _voxels(pts[obstacle], resolution, min_height, layers)
+    if not seg.any():                            # no ray crosses the band: nothing seen free
+        return Contribution(occupied, np.zeros((0, 3), np.int32))
     ta, tb, dseg = ta[seg], tb[seg], d[seg]
     a = cam + ta[:, None] * dseg
     b = cam + tb[:, None] * dseg
@@ -113,7 +134,6 @@ def cast(points_c: np.ndarray, T_wc: np.ndarray, floor: FloorFrame, resolution: 
         np.clip(c, 0, span[axis] - 1, out=c)     # below the band: its lowest layer (and float edges)
         flat += c * stride
     seen[flat] = True
-    occupied = _voxels(pts[obstacle], resolution, min_height, layers)
     if len(occupied):
         o = occupied.astype(np.int64) - lo
         inside = np.all((o >= 0) & (o < span), axis=1)
