@@ -203,3 +203,34 @@ def test_rasterizer_benchmarks_run_on_the_cpu(capsys):
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 200 | 32x24 |")]
     assert [ln.split("|")[3].strip() for ln in rows] == ["forward", "gauss_newton", "cost_only"]
     assert all(np.isfinite(float(ln.split("|")[4])) for ln in rows)
+
+
+def test_lock_probe_runs_each_job_beside_the_probe(capsys):
+    from slam.tools.lock_probe import main
+
+    assert main(["--keyframes", "4", "--repeats", "1", "--switch-interval-ms", "0.5",
+                 "--jobs", "bridges,bridges-numpy,grid"]) == 0
+    out = capsys.readouterr().out
+    assert "4 keyframes of" in out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 0.5 |")]
+    assert [r[1].strip() for r in rows] == ["(none)", "bridges", "bridges-numpy", "grid"]
+    for r in rows[1:]:                      # each job ran (its ms per keyframe) and the probe ran beside it
+        wall = float(r[2].split("/")[0])
+        ratio = float(r[4])
+        assert wall > 0 and ratio > 0
+    with pytest.raises(SystemExit):
+        main(["--keyframes", "2", "--jobs", "nothing"])
+
+
+def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
+    from slam.tools.thread_cost import main
+
+    assert main(["--config", "default.yaml", "--set", "data.last=5", "--runs", "1", "--out", str(tmp_path),
+                 "--settings", "default,both off"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.splitlines()
+            if line.startswith("| default") or line.startswith("| both off")}
+    assert set(rows) == {"default", "both off"}
+    assert float(rows["default"][0]) > 0 and rows["both off"][1].strip() == "+0 %"
+    assert rows["both off"][4].strip() == "-" and rows["both off"][5].strip() == "-"   # no loop, no grid
+    assert (tmp_path / "default_1" / "metrics.json").is_file()

@@ -1,0 +1,92 @@
+"""What the loop and grid threads cost the whole system: the same run with both, without the grid,
+without the loop stage and without either, interleaved (run 1 of every setting, then run 2, ...:
+a machine's drift hits all settings alike), one ``run_slam`` process each; prints the system frame
+rate (median [min-max]) against the run without either, and what each thread took.
+
+    python -m slam.tools.thread_cost --config 7scenes.yaml --set data.path=/data/7s --runs 4
+
+Figures: docs/benchmarks.md#the-other-threads-cost (issue 32 asks the loop thread <= 10 % of the
+frame rate, issue 35 the grid <= 5 %).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+SETTINGS = {
+    "default": [],
+    "grid off": ["grid.enabled=false"],
+    "loop off": ["loop.enabled=false"],
+    "both off": ["grid.enabled=false", "loop.enabled=false"],
+}
+
+
+def run_once(config: str, overrides: list, out: Path) -> dict:
+    """One ``run_slam`` process; its metrics.json."""
+    cmd = [sys.executable, "-m", "slam.cli", "--config", config, "--out", str(out), "--quiet",
+           "--set", "output.plots=false"]
+    for o in overrides:
+        cmd += ["--set", o]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"thread_cost: {' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _spread(values: list, fmt: str = "{:.1f}") -> str:
+    med = statistics.median(values)
+    if len(values) == 1 or min(values) == max(values):
+        return fmt.format(med)
+    return f"{fmt.format(med)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+def table(results: dict) -> str:
+    """results: setting -> list of metrics dicts. A markdown table."""
+    base = statistics.median(m["fps_system"] for m in results["both off"]) if results.get("both off") else None
+    rows = ["| setting | system FPS | vs both off | tracker ms/frame | mapper ms/keyframe | loop ms/keyframe (wall) "
+            "| grid ms/keyframe (CPU) | ATE cm |", "|---|---|---|---|---|---|---|---|"]
+    for name, runs in results.items():
+        fps = [m["fps_system"] for m in runs]
+        rel = f"{100.0 * (statistics.median(fps) / base - 1.0):+.0f} %" if base else "-"
+        loop = [m["stage_ms"].get("loop_per_keyframe") or 0.0 for m in runs]
+        grid = [(m.get("grid") or {}).get("cpu_ms_per_keyframe_mean") or 0.0 for m in runs]
+        ate = [100.0 * m["trajectory"]["ate_rmse_m"] for m in runs if m.get("trajectory")]
+        rows.append(f"| {name} | {_spread(fps)} | {rel} | {_spread([m['stage_ms']['tracking_mean'] for m in runs], '{:.2f}')} "
+                    f"| {_spread([m['stage_ms']['mapping_mean'] for m in runs])} "
+                    f"| {_spread(loop) if any(loop) else '-'} | {_spread(grid) if any(grid) else '-'} "
+                    f"| {_spread(ate, '{:.2f}') if ate else '-'} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    """Runs the settings, prints the table; 0 when every run finished."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="7scenes.yaml")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for every run")
+    ap.add_argument("--runs", type=int, default=4, help="runs of each setting")
+    ap.add_argument("--out", default="thread_cost", help="folder for the runs")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help=f"of: {', '.join(SETTINGS)}")
+    args = ap.parse_args(argv)
+    chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SETTINGS]
+    if unknown:
+        ap.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
+    out = Path(args.out)
+    results: dict = {s: [] for s in chosen}
+    for i in range(1, args.runs + 1):
+        for s in chosen:
+            m = run_once(args.config, args.set + SETTINGS[s], out / f"{s.replace(' ', '_')}_{i}")
+            results[s].append(m)
+            print(f"run {i} {s}: {m['fps_system']:.1f} FPS", flush=True)
+    print(f"\n`python -m slam.tools.thread_cost --config {args.config} "
+          + " ".join(f"--set {o}" for o in args.set) + f" --runs {args.runs}`\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
