@@ -28,9 +28,9 @@ BACKENDS = ("auto", "cuda", "cpu", "reference", "gsplat")
 OP_BACKENDS = BACKENDS[:4]   # every other wrapper's: gsplat has no counterpart of them
 KERNELS = ("cpu", "cuda")
 # Ops without a CUDA kernel: the loop stage's ICP (rasterizer/icp.py) aligns keyframe depths and
-# the occupancy grid's ray casting (rasterizer/grid.py) casts keyframe scans, both kept on the host;
+# the occupancy grid (rasterizer/grid.py) scans keyframes and casts the scans, all kept on the host;
 # they are kernels to run without the interpreter lock beside the tracker, not to run on a GPU.
-HOST_ONLY = ("grid_cast", "icp_point_to_plane")
+HOST_ONLY = ("grid_cast", "grid_scan", "icp_point_to_plane")
 
 _lock = threading.Lock()
 _loaded: dict = {}

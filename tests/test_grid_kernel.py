@@ -1,14 +1,16 @@
-"""The grid's ray casting kernel (torch.ops.sphere_raster.grid_cast, through slam.grid.raycast.cast)
-against its NumPy oracle (slam.grid.raycast.cast_reference): the same occupied and free voxels,
-in the same order, for random rooms seen from cameras inside and above the band, rays cut at the
-range, no ray in the band, no points, and the bundled sample's keyframe scans."""
+"""The grid's kernels against their NumPy oracles: the ray casting (torch.ops.sphere_raster.grid_cast
+through slam.grid.raycast.cast, against cast_reference: the same occupied and free voxels in the
+same order, for random rooms seen from cameras inside and above the band, rays cut at the range,
+no ray in the band, no points, the bundled sample's keyframe scans) and the scan
+(grid_scan through slam.grid.scan.make_scan, against make_scan_reference: the same float16 points
+and normals, with holes, NaN, depth edges and near pixels)."""
 import numpy as np
 import pytest
 
 from slam.geometry import pivot_increment
 from slam.grid.floor import FloorFrame
 from slam.grid.raycast import Contribution, cast, cast_reference
-from slam.grid.scan import make_scan
+from slam.grid.scan import make_scan, make_scan_reference
 
 
 def _same(a: Contribution, b: Contribution):
@@ -63,3 +65,22 @@ def test_kernel_matches_the_oracle_on_the_samples_keyframes():
         _same(cast(scan.points_c, frame.gt_pose, floor, g.resolution, g.min_height, g.max_height, g.max_range), ref)
         checked += len(ref.free) > 0
     assert checked >= 3
+
+
+@pytest.mark.parametrize("points", [300, 2000, 100000])
+def test_scan_kernel_matches_the_oracle(points):
+    rng = np.random.default_rng(points)
+    v, u = np.mgrid[0:120, 0:160]
+    depth = (1.5 + 0.4 * np.sin(u / 60.0) + 0.2 * (v > 70) + 0.3 * rng.random((120, 160)) * (u > 130))
+    depth = depth.astype(np.float16)                      # a keyframe's depth: float16, with
+    depth[rng.random(depth.shape) < 0.08] = 0             # holes,
+    depth[40:44, 20:90] = np.nan                          # not-a-number depth,
+    depth[90:, :30] = 0.2                                 # a near patch (dropped below min_range),
+    depth[:, 100] = 3.9                                   # and a far line: depth edges
+    K = np.array([[140.0, 0, 79.5], [0, 140.0, 59.5], [0, 0, 1]])
+    ref = make_scan_reference(3, depth, K, points, 0.3)
+    out = make_scan(3, depth, K, points, 0.3)
+    assert out.kf_id == ref.kf_id == 3 and out.points_c.dtype == out.normals_c.dtype == np.float16
+    assert np.array_equal(out.points_c, ref.points_c) and np.array_equal(out.normals_c, ref.normals_c)
+    assert len(ref.points_c) > 10 and np.abs(ref.normals_c.astype(float)).sum(1).min() == 0   # some without
+    assert (np.abs(ref.normals_c.astype(float)).sum(1) > 0).mean() > 0.5                   # most with a normal

@@ -1,8 +1,9 @@
-// One keyframe's occupied and free voxels of the robot's height band, on the host: the occupancy
-// grid's ray casting (slam/grid/raycast.py has the model; its NumPy oracle, cast_reference, is
-// what tests/test_grid_kernel.py checks this against, voxel for voxel). One call without the
-// interpreter lock: the grid thread casts every keyframe (and again when one moves) beside the
-// tracking and mapping threads. Host only (the scans live on the host): no CUDA kernel.
+// The occupancy grid's per-keyframe work on the host: a keyframe's scan (grid_scan) and its occupied
+// and free voxels of the robot's height band (grid_cast). The models are slam/grid/scan.py and
+// slam/grid/raycast.py; their NumPy oracles (make_scan_reference, cast_reference) are what
+// tests/test_grid_kernel.py checks these against, value for value. One call each without the
+// interpreter lock: the grid thread works on every keyframe (and again when one moves) beside the
+// tracking and mapping threads. Host only (the scans live on the host): no CUDA kernels.
 // The free segments' samples are computed in float32 exactly as the oracle's (voxel units,
 // product and sum rounded on their own), so both mark the same voxels.
 #include <ATen/ATen.h>
@@ -163,8 +164,81 @@ std::vector<at::Tensor> grid_cast_cpu(const at::Tensor& pts, c10::ArrayRef<doubl
   return {occupied, voxel_rows(free_flat, lo, span)};
 }
 
-TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
-  m.def("grid_cast(Tensor pts, float[] params) -> Tensor[]");
+// A keyframe's scan (slam/grid/scan.py has the model; make_scan_reference its NumPy oracle): the
+// pixels of an even sub-grid (every `step`-th from step / 2) back-projected (float64 from the
+// float32 depth), a normal each from the right and lower sub-grid neighbours (none at a depth edge:
+// a neighbour's depth differs by `edge_share` of this one's or more, in float32, or missing),
+// turned to face the camera; the points with depth at `min_range` or more are kept, and the
+// normals of every `normal_every`-th of them.
+// depth: (H, W) float32 metres (0 / NaN = none); params: fx, fy, cx, cy, step, min_range,
+// edge_share, normal_every. Returns [points (N, 3), normals (M, 3)] float64.
+std::vector<at::Tensor> grid_scan_cpu(const at::Tensor& depth, c10::ArrayRef<double> params) {
+  TORCH_CHECK(!depth.is_cuda() && depth.scalar_type() == at::kFloat && depth.dim() == 2 && depth.is_contiguous(),
+              "grid_scan: depth must be a contiguous (H, W) float32 host tensor");
+  TORCH_CHECK(params.size() == 8, "grid_scan: params are fx, fy, cx, cy, step, min_range, edge_share, normal_every");
+  const double fx = params[0], fy = params[1], cx = params[2], cy = params[3], min_range = params[5];
+  const int64_t step = (int64_t)params[4], every = (int64_t)params[7];
+  const float edge = (float)params[6];
+  TORCH_CHECK(step >= 1 && every >= 1, "grid_scan: step and normal_every must be >= 1");
+  const int64_t H = depth.size(0), W = depth.size(1);
+  const float* D = depth.data_ptr<float>();
+  std::vector<int64_t> us, vs;
+  for (int64_t u = step / 2; u < W; u += step) us.push_back(u);
+  for (int64_t v = step / 2; v < H; v += step) vs.push_back(v);
+  const int64_t h = (int64_t)vs.size(), w = (int64_t)us.size();
+  auto zf = [&](int64_t i, int64_t j) { return D[vs[i] * W + us[j]]; };
+  auto valid = [&](float z) { return std::isfinite(z) && z > 0.0f; };
+  auto point = [&](int64_t i, int64_t j, double* p) {
+    const float z = zf(i, j);
+    p[0] = ((double)us[j] - cx) / fx * (double)z;
+    p[1] = ((double)vs[i] - cy) / fy * (double)z;
+    p[2] = (double)z;
+  };
+  std::vector<double> pts, nrm;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      const float z = zf(i, j);
+      if (!valid(z)) continue;
+      double P[3];
+      point(i, j, P);
+      if (!(std::sqrt(P[0] * P[0] + P[1] * P[1] + P[2] * P[2]) >= min_range)) continue;
+      double n[3] = {0.0, 0.0, 0.0};
+      if (i + 1 < h && j + 1 < w) {
+        const float zr = zf(i, j + 1), zd = zf(i + 1, j);
+        if (valid(zr) && valid(zd) && std::fabs(zr - z) < edge * z && std::fabs(zd - z) < edge * z) {
+          double R[3], Dn[3];
+          point(i, j + 1, R);
+          point(i + 1, j, Dn);
+          const double dx[3] = {R[0] - P[0], R[1] - P[1], R[2] - P[2]};
+          const double dy[3] = {Dn[0] - P[0], Dn[1] - P[1], Dn[2] - P[2]};
+          const double c[3] = {dy[1] * dx[2] - dy[2] * dx[1], dy[2] * dx[0] - dy[0] * dx[2],
+                               dy[0] * dx[1] - dy[1] * dx[0]};
+          const double norm = std::sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2]);
+          if (norm > 0.0) {
+            for (int k = 0; k < 3; ++k) n[k] = c[k] / norm;
+            if (n[0] * P[0] + n[1] * P[1] + n[2] * P[2] > 0.0)
+              for (int k = 0; k < 3; ++k) n[k] *= -1.0;
+          }
+        }
+      }
+      pts.insert(pts.end(), P, P + 3);
+      if (kept % every == 0) nrm.insert(nrm.end(), n, n + 3);
+      ++kept;
+    }
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor P = at::empty({kept, 3}, opts), N = at::empty({(int64_t)nrm.size() / 3, 3}, opts);
+  std::copy(pts.begin(), pts.end(), P.data_ptr<double>());
+  std::copy(nrm.begin(), nrm.end(), N.data_ptr<double>());
+  return {P, N};
 }
 
-TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) { m.impl("grid_cast", &grid_cast_cpu); }
+TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("grid_cast(Tensor pts, float[] params) -> Tensor[]");
+  m.def("grid_scan(Tensor depth, float[] params) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("grid_cast", &grid_cast_cpu);
+  m.impl("grid_scan", &grid_scan_cpu);
+}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rasterizer.grid import grid_scan
+
 # Neighbours whose depths differ by more than this share of the depth span a depth edge: no normal.
 EDGE_SHARE = 0.05
 NORMAL_EVERY = 2          # a normal is kept for every 2nd point (the floor estimate)
@@ -40,7 +42,16 @@ def sub_grid_step(width: int, height: int, points: int) -> int:
 
 def make_scan(kf_id: int, depth: np.ndarray, K: np.ndarray, points: int, min_range: float) -> Scan:
     """depth: (H, W) metres (float16 or float32; 0 = invalid); K: (3, 3) intrinsics of that size;
-    points: about how many pixels to take. Pixels nearer than ``min_range`` (m) are dropped."""
+    points: about how many pixels to take. Pixels nearer than ``min_range`` (m) are dropped. The
+    host kernel ``rasterizer.grid.grid_scan`` (one call without the interpreter lock);
+    ``make_scan_reference`` is its NumPy model."""
+    h, w = depth.shape
+    P, N = grid_scan(depth, K, sub_grid_step(w, h, points), min_range, EDGE_SHARE, NORMAL_EVERY)
+    return Scan(kf_id, P.astype(np.float16), N.astype(np.float16))
+
+
+def make_scan_reference(kf_id: int, depth: np.ndarray, K: np.ndarray, points: int, min_range: float) -> Scan:
+    """``make_scan`` in NumPy: the model the host kernel follows and the tests' oracle."""
     h, w = depth.shape
     s = sub_grid_step(w, h, points)
     vs = np.arange(s // 2, h, s)
