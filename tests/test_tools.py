@@ -209,11 +209,11 @@ def test_lock_probe_runs_each_job_beside_the_probe(capsys):
     from slam.tools.lock_probe import main
 
     assert main(["--keyframes", "4", "--repeats", "1", "--switch-interval-ms", "0.5",
-                 "--jobs", "bridges,bridges-numpy,grid"]) == 0
+                 "--jobs", "frames,bridges,bridges-numpy,grid"]) == 0
     out = capsys.readouterr().out
     assert "4 keyframes of" in out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 0.5 |")]
-    assert [r[1].strip() for r in rows] == ["(none)", "bridges", "bridges-numpy", "grid"]
+    assert [r[1].strip() for r in rows] == ["(none)", "frames", "bridges", "bridges-numpy", "grid"]
     for r in rows[1:]:                      # each job ran (its ms per keyframe) and the probe ran beside it
         wall = float(r[2].split("/")[0])
         ratio = float(r[4])

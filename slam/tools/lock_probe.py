@@ -7,11 +7,13 @@ iteration beside each job, against its time alone, is what that job's lock use c
     python -m slam.tools.lock_probe --config 7scenes.yaml --set data.path=/data/7s
     python -m slam.tools.lock_probe --keyframes 8                     # the bundled sample, quick
 
-Jobs: ``orb`` (ORB features and the global descriptor of each keyframe: OpenCV, lock released),
-``bridges`` (the loop stage's ICP of each keyframe against the previous one, the host kernel),
-``bridges-numpy`` (the same with the NumPy ICP, ``icp_reference``), ``grid`` (the occupancy grid
-integrating every keyframe, the host ray-casting kernel). Keyframes: every ``--every``-th frame at
-the tracking resolution, at the ground-truth pose. Figures: docs/benchmarks.md#the-other-threads-cost.
+Jobs: ``frames`` (the loader reading and preparing the frames the keyframes came from: decoding,
+registration; per keyframe that is ``--every`` frames), ``orb`` (ORB features and the global
+descriptor of each keyframe: OpenCV, lock released), ``bridges`` (the loop stage's ICP of each
+keyframe against the previous one, the host kernel), ``bridges-numpy`` (the same with the NumPy
+ICP, ``icp_reference``), ``grid`` (the occupancy grid integrating every keyframe: its scan and ray
+casting kernels and the counts). Keyframes: every ``--every``-th frame at the tracking resolution,
+at the ground-truth pose. Figures: docs/benchmarks.md#the-other-threads-cost.
 """
 from __future__ import annotations
 
@@ -55,10 +57,15 @@ def load_keyframes(cfg, count: int, every: int) -> list:
     return out
 
 
-def jobs(cfg, keyframes: list) -> dict:
+def jobs(cfg, keyframes: list, every: int) -> dict:
     """name -> a function running that stage's work over every keyframe once."""
     kernel = LoopVerifier(cfg.loop, cfg.tracking, cfg.quality, "cpu")
     numpy_icp = LoopVerifier(cfg.loop, cfg.tracking, cfg.quality, "reference")
+
+    def frames():
+        for i, _ in enumerate(open_source(cfg.data)):
+            if i + 1 >= len(keyframes) * every:
+                break
 
     def orb():
         for kf in keyframes:
@@ -76,7 +83,8 @@ def jobs(cfg, keyframes: list) -> dict:
         for kf in keyframes:
             builder.offer(kf, {k.kf_id: k.T_wc for k in keyframes[: kf.kf_id + 1]})
 
-    return {"orb": orb, "bridges": bridges(kernel), "bridges-numpy": bridges(numpy_icp), "grid": grid}
+    return {"frames": frames, "orb": orb, "bridges": bridges(kernel), "bridges-numpy": bridges(numpy_icp),
+            "grid": grid}
 
 
 def probe_beside(job, device: torch.device, repeats: int) -> dict:
@@ -129,12 +137,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="times each job runs over the keyframes")
     ap.add_argument("--switch-interval-ms", type=float, action="append", default=None,
                     help="Python's switch interval(s) to probe at (default: 5 and 0.5)")
-    ap.add_argument("--jobs", default="orb,bridges,bridges-numpy,grid")
+    ap.add_argument("--jobs", default="frames,orb,bridges,bridges-numpy,grid")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.set)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     keyframes = load_keyframes(cfg, args.keyframes, args.every)
-    available = jobs(cfg, keyframes)
+    available = jobs(cfg, keyframes, args.every)
     chosen = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = [j for j in chosen if j not in available]
     if unknown:
