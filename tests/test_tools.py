@@ -223,7 +223,7 @@ def test_lock_probe_runs_each_job_beside_the_probe(capsys):
 
 
 def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
-    from slam.tools.thread_cost import main
+    from slam.tools.thread_cost import main, table
 
     assert main(["--config", "default.yaml", "--set", "data.last=5", "--runs", "1", "--out", str(tmp_path),
                  "--settings", "default,both off"]) == 0
@@ -232,5 +232,9 @@ def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
             if line.startswith("| default") or line.startswith("| both off")}
     assert set(rows) == {"default", "both off"}
     assert float(rows["default"][0]) > 0 and rows["both off"][1].strip() == "+0 %"
+    # paired: run i against run i (a machine's drift between rounds cancels)
+    fake = {"default": [{"fps_system": f, "stage_ms": {"tracking_mean": 1.0, "mapping_mean": 1.0}} for f in (90, 45)],
+            "both off": [{"fps_system": f, "stage_ms": {"tracking_mean": 1.0, "mapping_mean": 1.0}} for f in (100, 50)]}
+    assert "| default | 67.5 [45.0-90.0] | -10 % |" in table(fake)
     assert rows["both off"][4].strip() == "-" and rows["both off"][5].strip() == "-"   # no loop, no grid
     assert (tmp_path / "default_1" / "metrics.json").is_file()

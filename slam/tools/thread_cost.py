@@ -45,13 +45,18 @@ def _spread(values: list, fmt: str = "{:.1f}") -> str:
 
 
 def table(results: dict) -> str:
-    """results: setting -> list of metrics dicts. A markdown table."""
-    base = statistics.median(m["fps_system"] for m in results["both off"]) if results.get("both off") else None
-    rows = ["| setting | system FPS | vs both off | tracker ms/frame | mapper ms/keyframe | loop ms/keyframe (wall) "
-            "| grid ms/keyframe (CPU) | ATE cm |", "|---|---|---|---|---|---|---|---|"]
+    """results: setting -> list of metrics dicts (run i of every setting made together). A markdown
+    table; "vs both off" is the median of run i's FPS over run i's without either thread (paired:
+    a machine's drift between rounds cancels), with its range."""
+    base = [m["fps_system"] for m in results.get("both off", [])]
+    rows = ["| setting | system FPS | vs both off (paired) | tracker ms/frame | mapper ms/keyframe "
+            "| loop ms/keyframe (wall) | grid ms/keyframe (CPU) | ATE cm |", "|---|---|---|---|---|---|---|---|"]
     for name, runs in results.items():
         fps = [m["fps_system"] for m in runs]
-        rel = f"{100.0 * (statistics.median(fps) / base - 1.0):+.0f} %" if base else "-"
+        rel = "-"
+        if base:
+            change = [100.0 * (f / b - 1.0) for f, b in zip(fps, base)]
+            rel = _spread(change, "{:+.0f}") + " %"
         loop = [m["stage_ms"].get("loop_per_keyframe") or 0.0 for m in runs]
         grid = [(m.get("grid") or {}).get("cpu_ms_per_keyframe_mean") or 0.0 for m in runs]
         ate = [100.0 * m["trajectory"]["ate_rmse_m"] for m in runs if m.get("trajectory")]
