@@ -12,11 +12,15 @@ The mapping thread hands over each mapped keyframe with the keyframe poses it pu
 3. integrates the new keyframes and integrates again, at their new pose, up to
    ``max_reintegrations`` keyframes that moved since (largest moves first), taking their old
    evidence out exactly (``GridCounts`` keeps counts);
-4. publishes a ``GridSnapshot`` (``latest()``), read by the ROS node, the viewer and the outputs.
+4. bumps the grid's ``version``; the ``GridSnapshot`` (the columns projected) is made when it is
+   read (``latest()``: the ROS node, the viewer, the outputs), once per version, on the reader's
+   thread: a run nobody watches never pays for it, and one that is watched pays at the reader's
+   rate, not the keyframes'.
 ``finish`` (end of the run, also after Ctrl-C or an error) drains what is left, estimates the
 floor on every keyframe, integrates every moved keyframe at its final pose and returns the final
 grid. It owns everything it writes; it reads the keyframes' depth arrays (never written after the
-keyframe is made) and the published pose dictionaries (replaced, never edited, by the mapper).
+keyframe is made) and the published pose dictionaries (replaced, never edited, by the mapper);
+``_counts_lock`` keeps a reader's snapshot off counts the grid thread is changing.
 """
 from __future__ import annotations
 
@@ -60,8 +64,9 @@ class GridBuilder:
         self.poses: dict[int, np.ndarray] = {}
         self.floor: Optional[FloorFrame] = None
         self._floor_at = 0                      # scans at the last floor estimate
-        self._snapshot: Optional[GridSnapshot] = None
+        self._snapshot: Optional[GridSnapshot] = None   # the last one made (latest()), maybe older
         self._version = 0
+        self._counts_lock = threading.Lock()      # counts, floor, integrated: updates vs latest()
         self._inbox: list = []
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
@@ -95,9 +100,26 @@ class GridBuilder:
                 self._thread.start()
             self._cond.notify()
 
+    @property
+    def version(self) -> int:
+        """Increases with every update of the grid (0: none yet); cheap, any thread."""
+        return self._version
+
     def latest(self) -> Optional[GridSnapshot]:
-        """The newest published grid (None before the floor is known)."""
-        return self._snapshot
+        """The grid as it is now (None before the floor is known); made here when the grid
+        changed since the last call (any thread; waits while the grid thread updates)."""
+        snap = self._snapshot
+        if snap is not None and snap.version == self._version:
+            return snap
+        with self._counts_lock:
+            if self.floor is None:
+                return None
+            if self._snapshot is None or self._snapshot.version != self._version:
+                cfg = self.cfg
+                self._snapshot = self.counts.snapshot(self.floor, cfg.resolution, cfg.log_odds_hit, cfg.log_odds_miss,
+                                                      cfg.occupied_thresh, cfg.free_thresh, cfg.free_coverage,
+                                                      self._version, len(self.integrated))
+            return self._snapshot
 
     # ------------------------------------------------------------------ the grid thread
     def _loop(self) -> None:
@@ -131,15 +153,13 @@ class GridBuilder:
             self.poses.setdefault(kf_id, T_wc)
         if poses is not None:
             self.poses.update(poses)
-        self._update_floor(final)
-        if self.floor is not None:
-            for kf_id in [k for k in self.scans if k not in self.integrated]:
-                self._integrate(kf_id)
-            self._reintegrate_moved(None if final else cfg.max_reintegrations)
-            self._version += 1
-            self._snapshot = self.counts.snapshot(self.floor, cfg.resolution, cfg.log_odds_hit, cfg.log_odds_miss,
-                                                  cfg.occupied_thresh, cfg.free_thresh, cfg.free_coverage,
-                                                  self._version, len(self.integrated))
+        with self._counts_lock:
+            self._update_floor(final)
+            if self.floor is not None:
+                for kf_id in [k for k in self.scans if k not in self.integrated]:
+                    self._integrate(kf_id)
+                self._reintegrate_moved(None if final else cfg.max_reintegrations)
+                self._version += 1
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
         if items:
             ms, cpu = (time.perf_counter() - t0) * 1e3 / len(items), (time.thread_time() - c0) * 1e3 / len(items)
@@ -230,7 +250,7 @@ class GridBuilder:
         with self._cond:
             items, self._inbox = self._inbox, []
         self._guarded(items, final=True, poses=dict(poses))
-        return self._snapshot
+        return self.latest()
 
     def nbytes(self) -> int:
         """Host memory the grid holds: scans and counts (any thread)."""

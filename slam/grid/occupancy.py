@@ -31,6 +31,17 @@ def logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
+def _column_box(c: Contribution) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """The (x, y) bounding box (lo, hi: (2,) int64, inclusive) of a contribution's voxels, None when
+    it has none. Column by column: numpy's axis-0 reduction of an (M, 2) view is 30x slower."""
+    parts = [v for v in (c.occupied, c.free) if len(v)]
+    if not parts:
+        return None
+    lo = np.array([min(int(v[:, k].min()) for v in parts) for k in (0, 1)], np.int64)
+    hi = np.array([max(int(v[:, k].max()) for v in parts) for k in (0, 1)], np.int64)
+    return lo, hi
+
+
 class GridCounts:
     """hits, misses: (layers, H, W) int32 counts; voxel (x, y, k) of the floor frame is at
     [k, y - origin[1], x - origin[0]] (row = y)."""
@@ -52,11 +63,9 @@ class GridCounts:
     def clear(self) -> None:
         self.__init__(self.layers)
 
-    def _fit(self, cells: np.ndarray) -> None:
-        """Grow (with a margin) so that the columns of ``cells`` (M, >= 2) fall inside."""
-        if len(cells) == 0:
-            return
-        lo, hi = cells[:, :2].min(0).astype(np.int64), cells[:, :2].max(0).astype(np.int64)
+    def _fit(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Grow (with a margin) so that the columns from ``lo`` to ``hi`` ((2,) int64 x, y) fall
+        inside."""
         h, w = self.shape
         cur_lo, cur_hi = self.origin, self.origin + np.array([w, h]) - 1
         if h and w and np.all(lo >= cur_lo) and np.all(hi <= cur_hi):
@@ -74,10 +83,10 @@ class GridCounts:
     def add(self, c: Contribution, sign: int = 1) -> None:
         """Add (sign 1) or take out (sign -1) one keyframe's evidence (its voxels are distinct)."""
         if sign > 0:
-            both = np.concatenate([c.occupied, c.free])
-            self._fit(both)
-            if len(both):
-                lo, hi = both[:, :2].min(0).tolist(), both[:, :2].max(0).tolist()
+            box = _column_box(c)
+            if box is not None:
+                self._fit(*box)
+                lo, hi = box[0].tolist(), box[1].tolist()
                 b = self.box or (lo[0], lo[1], hi[0], hi[1])
                 self.box = (min(b[0], lo[0]), min(b[1], lo[1]), max(b[2], hi[0]), max(b[3], hi[1]))
         for v, counts in ((c.occupied, self.hits), (c.free, self.misses)):

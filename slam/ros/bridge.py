@@ -314,10 +314,13 @@ class SlamBridge:
     def publish_grid(self, now: Optional[float] = None) -> bool:
         """The occupancy grid on ``grid_topic`` when a new version exists (throttled by
         ``grid_period_s``; ``now`` None: at once, e.g. the final grid at shutdown). True if sent."""
-        grid = self.system.grid.latest() if self.system.grid is not None else None
-        if grid is None or grid.floor is None or grid.version == self._grid_version:
+        builder = self.system.grid
+        if builder is None or builder.version in (0, self._grid_version):     # none yet, or sent
             return False
         if now is not None and not self._grid_throttle.ready(now):
+            return False
+        grid = builder.latest()                  # made here, at most once per version and period
+        if grid is None or grid.floor is None:
             return False
         self._grid_version = grid.version
         stamp = self._last[0] if self._last is not None else time.time_ns()
