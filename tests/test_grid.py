@@ -5,6 +5,7 @@ room's geometry, no grid code)."""
 from __future__ import annotations
 
 import math
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -154,6 +155,43 @@ def test_a_moved_keyframe_is_integrated_again_at_its_new_pose():
     assert b.origin_cell == a.origin_cell
     np.testing.assert_array_equal(b.occupancy, a.occupancy)
     assert moved.error is None and moved.stats()["integrated"] == len(kfs)
+
+
+def test_the_published_grid_is_made_when_read_once_per_version():
+    """The grid thread only bumps the version; ``latest()`` makes the snapshot (once per version:
+    the same object until the next update); ``last_made()`` never makes one (the autosave's read
+    on the mapping thread). Threaded, a reader polling ``latest()`` meanwhile sees whole grids."""
+    cfg = load_config("default.yaml", ["grid.floor=camera", "grid.camera_height=1.4"]).grid
+    kfs = _sample_keyframes(every=15)
+    builder = GridBuilder(cfg, threaded=False)
+    assert builder.version == 0 and builder.latest() is None
+    builder.offer(kfs[0], {kfs[0].kf_id: kfs[0].T_wc})
+    assert builder.version == 1 and builder.last_made() is None        # nothing made yet
+    first = builder.latest()
+    assert first.version == 1 and builder.latest() is first and builder.last_made() is first
+    builder.offer(kfs[1], {k.kf_id: k.T_wc for k in kfs[:2]})
+    assert builder.last_made() is first and builder.latest().version == 2
+    for i, kf in enumerate(kfs[2:], start=2):
+        builder.offer(kf, {k.kf_id: k.T_wc for k in kfs[: i + 1]})
+    threaded = GridBuilder(cfg, threaded=True)
+    seen, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            g = threaded.latest()
+            if g is not None:
+                seen.append((g.version, g.keyframes))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    for i, kf in enumerate(kfs):
+        threaded.offer(kf, {k.kf_id: k.T_wc for k in kfs[: i + 1]})
+    final = threaded.finish({k.kf_id: k.T_wc for k in kfs})
+    stop.set()
+    reader.join()
+    assert threaded.error is None and final.keyframes == len(kfs)
+    assert seen and all(a <= b for a, b in zip(seen, seen[1:]))           # versions only go forward
+    np.testing.assert_array_equal(final.occupancy, builder.finish({k.kf_id: k.T_wc for k in kfs}).occupancy)
 
 
 def test_pose_change_is_zero_for_a_pose_and_its_copy_also_when_not_quite_orthonormal():

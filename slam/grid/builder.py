@@ -105,6 +105,11 @@ class GridBuilder:
         """Increases with every update of the grid (0: none yet); cheap, any thread."""
         return self._version
 
+    def last_made(self) -> Optional[GridSnapshot]:
+        """The grid ``latest()`` last made (None if none yet), without making one: what a caller on
+        the mapping thread takes (the autosave's result); after ``finish`` it is the final grid."""
+        return self._snapshot
+
     def latest(self) -> Optional[GridSnapshot]:
         """The grid as it is now (None before the floor is known); made here when the grid
         changed since the last call (any thread; waits while the grid thread updates)."""

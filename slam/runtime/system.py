@@ -284,7 +284,7 @@ class SlamSystem:
                          else self.smap.anchors[: self.smap.n]).detach(),
             loop=self.loop.summary() if self.loop is not None else None,
             pose_refinement=self._pose_refinement_summary(),
-            grid=self.grid.latest() if self.grid is not None else None,
+            grid=self.grid.last_made() if self.grid is not None else None,   # final once run() ended
             grid_stats=self.grid.stats() if self.grid is not None else None,
         )
 
