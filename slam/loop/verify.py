@@ -179,7 +179,7 @@ class LoopVerifier:
         pts = pts[pts[:, 2] > 0]
         iters = self.cfg.icp_iters if iters is None else iters
         return icp(pts, old.depth.astype(np.float32), old.K, T_init, iters, self.cfg.depth_tol, self.quad,
-                   backend="reference" if self.backend == "reference" else "cpu")
+                   backend=self.backend)
 
     def _depth_reason(self, overlap: float, inliers: float) -> Optional[str]:
         if overlap < self.cfg.min_overlap:
