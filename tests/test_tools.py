@@ -237,4 +237,7 @@ def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
             "both off": [{"fps_system": f, "stage_ms": {"tracking_mean": 1.0, "mapping_mean": 1.0}} for f in (100, 50)]}
     assert "| default | 67.5 [45.0-90.0] | -10 % |" in table(fake)
     assert rows["both off"][4].strip() == "-" and rows["both off"][5].strip() == "-"   # no loop, no grid
+    assert float(rows["default"][6]) > 0                           # peak RSS, MB
+    assert rows["default"][7].strip() == "-"                       # no GPU memory on the CPU
     assert (tmp_path / "default_1" / "metrics.json").is_file()
+    assert (tmp_path / "table.md").read_text().startswith("1 of 1 rounds")

@@ -46,39 +46,11 @@ class Stages:
         self.before = now
 
 
-def main(argv=None) -> int:
-    """Prints the stages; 0 when done."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="default.yaml")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--frames", type=int, default=30, help="frames of the SLAM run stage (0: skip it)")
-    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    ap.add_argument("--top", type=int, default=5, help="mappings listed per stage")
-    ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
-    args = ap.parse_args(argv)
-    st = Stages(args.top)
-    mods: dict = {}
-
-    def import_torch():
-        import numpy  # noqa: F401
-        import torch
-        mods["torch"] = torch
-
-    st.run("import numpy, torch", import_torch)
-    torch = mods["torch"]
-    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-    def import_slam():
-        import rasterizer
-        import slam.cli  # noqa: F401  (everything a run imports up front)
-        mods["rasterizer"] = rasterizer
-
-    st.run("import slam.cli, rasterizer", import_slam)
-    if dev.type == "cuda":
-        st.run("CUDA context (one tensor on the GPU)", lambda: torch.zeros(1, device=dev).sum().item())
-    rasterizer = mods["rasterizer"]
+def synthetic_stages(st: Stages, torch, rasterizer, dev, n: int) -> None:
+    """The stages a run may or may not reach: one render + backward of ``n`` random spheres at
+    320x240, the first cuBLAS call, one ``torch.optim.Adam`` step."""
     gen = torch.Generator().manual_seed(0)
-    n, w, h = args.spheres, 320, 240
+    w, h = 320, 240
     means = (torch.rand(n, 3, generator=gen) * torch.tensor([2.0, 1.5, 2.0]) - torch.tensor([1.0, 0.75, -1.0])).to(dev)
     radii = (0.005 + 0.02 * torch.rand(n, generator=gen)).to(dev)
     colors = torch.rand(n, 3, generator=gen).to(dev)
@@ -102,6 +74,42 @@ def main(argv=None) -> int:
         opt.zero_grad(set_to_none=True)
 
     st.run("Adam step", adam_step)
+
+
+def main(argv=None) -> int:
+    """Prints the stages; 0 when done."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="default.yaml")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--frames", type=int, default=30, help="frames of the SLAM run stage (0: skip it)")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    ap.add_argument("--top", type=int, default=5, help="mappings listed per stage")
+    ap.add_argument("--run-only", action="store_true",
+                    help="skip the rasterizer, cuBLAS and Adam stages: what a run itself adds after CUDA init")
+    ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
+    args = ap.parse_args(argv)
+    st = Stages(args.top)
+    mods: dict = {}
+
+    def import_torch():
+        import numpy  # noqa: F401
+        import torch
+        mods["torch"] = torch
+
+    st.run("import numpy, torch", import_torch)
+    torch = mods["torch"]
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    def import_slam():
+        import rasterizer
+        import slam.cli  # noqa: F401  (everything a run imports up front)
+        mods["rasterizer"] = rasterizer
+
+    st.run("import slam.cli, rasterizer", import_slam)
+    if dev.type == "cuda":
+        st.run("CUDA context (one tensor on the GPU)", lambda: torch.zeros(1, device=dev).sum().item())
+    if not args.run_only:
+        synthetic_stages(st, torch, mods["rasterizer"], dev, args.spheres)
     if args.frames > 0:
         from slam.cli import main as run_slam
         out = tempfile.mkdtemp(prefix="memory_stages_")

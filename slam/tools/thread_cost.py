@@ -1,12 +1,13 @@
 """What the loop and grid threads cost the whole system: the same run with both, without the grid,
 without the loop stage and without either, interleaved (run 1 of every setting, then run 2, ...:
 a machine's drift hits all settings alike), one ``run_slam`` process each; prints the system frame
-rate (median [min-max]) against the run without either, and what each thread took.
+rate (median [min-max]) against the run without either, what each thread took, and the peak
+process RSS and GPU memory (allocated by torch) of each setting.
 
     python -m slam.tools.thread_cost --config 7scenes.yaml --set data.path=/data/7s --runs 4
 
 Figures: docs/benchmarks.md#the-other-threads-cost (issue 32 asks the loop thread <= 10 % of the
-frame rate, issue 35 the grid <= 5 %).
+frame rate and <= 10 % more peak GPU memory, issue 35 the grid <= 5 % and <= 50 MB).
 """
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def table(results: dict) -> str:
     a machine's drift between rounds cancels), with its range."""
     base = [m["fps_system"] for m in results.get("both off", [])]
     rows = ["| setting | system FPS | vs both off (paired) | tracker ms/frame | mapper ms/keyframe "
-            "| loop ms/keyframe (wall) | grid ms/keyframe (CPU) | ATE cm |", "|---|---|---|---|---|---|---|---|"]
+            "| loop ms/keyframe (wall) | grid ms/keyframe (CPU) | peak RSS MB | peak GPU MB | ATE cm |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for name, runs in results.items():
         fps = [m["fps_system"] for m in runs]
         rel = "-"
@@ -60,9 +62,12 @@ def table(results: dict) -> str:
         loop = [m["stage_ms"].get("loop_per_keyframe") or 0.0 for m in runs]
         grid = [(m.get("grid") or {}).get("cpu_ms_per_keyframe_mean") or 0.0 for m in runs]
         ate = [100.0 * m["trajectory"]["ate_rmse_m"] for m in runs if m.get("trajectory")]
+        rss = [m["peak_rss_mb"] for m in runs if m.get("peak_rss_mb") is not None]
+        gpu = [m["peak_gpu_mb"] for m in runs if m.get("peak_gpu_mb") is not None]
         rows.append(f"| {name} | {_spread(fps)} | {rel} | {_spread([m['stage_ms']['tracking_mean'] for m in runs], '{:.2f}')} "
                     f"| {_spread([m['stage_ms']['mapping_mean'] for m in runs])} "
                     f"| {_spread(loop) if any(loop) else '-'} | {_spread(grid) if any(grid) else '-'} "
+                    f"| {_spread(rss, '{:.0f}') if rss else '-'} | {_spread(gpu, '{:.0f}') if gpu else '-'} "
                     f"| {_spread(ate, '{:.2f}') if ate else '-'} |")
     return "\n".join(rows)
 
@@ -73,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="7scenes.yaml")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for every run")
     ap.add_argument("--runs", type=int, default=4, help="runs of each setting")
-    ap.add_argument("--out", default="thread_cost", help="folder for the runs")
+    ap.add_argument("--out", default="thread_cost", help="folder for the runs and table.md (rewritten every round)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"of: {', '.join(SETTINGS)}")
     args = ap.parse_args(argv)
     chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -87,6 +92,8 @@ def main(argv=None) -> int:
             m = run_once(args.config, args.set + SETTINGS[s], out / f"{s.replace(' ', '_')}_{i}")
             results[s].append(m)
             print(f"run {i} {s}: {m['fps_system']:.1f} FPS", flush=True)
+        # after every round, so a run stopped early still leaves the rounds it finished
+        (out / "table.md").write_text(f"{i} of {args.runs} rounds\n\n{table(results)}\n")
     print(f"\n`python -m slam.tools.thread_cost --config {args.config} "
           + " ".join(f"--set {o}" for o in args.set) + f" --runs {args.runs}`\n")
     print(table(results))
