@@ -107,6 +107,17 @@ def test_memory_stages_prints_each_stage(capsys):
         assert stage in printed, stage
 
 
+def test_memory_stages_run_only_with_ops_skips_the_synthetic_stages(capsys):
+    from slam.tools import memory_stages
+
+    assert memory_stages.main(["--frames", "0", "--device", "cpu", "--run-only", "--ops"]) == 0
+    printed = capsys.readouterr().out
+    assert "rasterizer: render" not in printed and "Adam step" not in printed
+    ops = [line for line in printed.splitlines() if line.startswith("op: ")]
+    assert len(ops) > 30 and any(line.startswith("op: sort") for line in ops)
+    assert "torch operation families:" in printed
+
+
 def test_gpu_memory_replay_finds_the_peak_and_its_live_blocks():
     from slam.tools.gpu_memory_profile import _site, live_at_peak
 

@@ -4,6 +4,12 @@ mappings grew (heap, anonymous memory, shared libraries by name).
 
     python -m slam.tools.memory_stages                                # CUDA if present, else CPU
     python -m slam.tools.memory_stages --config 7scenes.yaml --set data.path=/data/7s --frames 60
+    python -m slam.tools.memory_stages --run-only --ops --frames 0   # what each torch op family adds
+
+On CUDA the driver loads a kernel's module into host memory the first time any kernel of it runs
+(PyTorch's lazy module loading), so every torch operation family a run touches for the first time
+costs host memory once: ``--ops`` runs the families a SLAM run uses, one stage each, in a fixed
+order (a family sharing a module with an earlier one shows ~0).
 
 On a Jetson the CPU and the GPU share one DRAM, so every megabyte here is one the robot's other
 programs lose. Figures are MB (10^6 bytes) from /proc/self/smaps; Linux only.
@@ -76,6 +82,44 @@ def synthetic_stages(st: Stages, torch, rasterizer, dev, n: int) -> None:
     st.run("Adam step", adam_step)
 
 
+def op_stages(st: Stages, torch, dev) -> None:
+    """One stage per torch operation family that a SLAM run uses (the aten operators of a
+    sequential run of the sample), each run once on 100k-element tensors of ``dev``."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(100_000, generator=gen).to(dev)
+    y = torch.rand(100_000, generator=gen).to(dev)
+    i = torch.randint(0, 1000, (100_000,), generator=gen).to(dev)
+    u8 = torch.randint(0, 255, (100_000,), dtype=torch.uint8, generator=gen).to(dev)
+    img = torch.rand(1, 3, 64, 64, generator=gen).to(dev)
+    ops = [
+        ("add / sub f32", lambda: x + y - x), ("mul f32", lambda: x * y), ("div f32", lambda: x / y),
+        ("add i64", lambda: i + 1), ("floor_divide i64", lambda: i // 2),
+        ("comparisons (gt, lt, ne, eq)", lambda: (x > y, x < y, x != y, x == y)),
+        ("bitwise and / or / not", lambda: ((x > 0.5) & (y > 0.5)) | ~(x > y)),
+        ("where", lambda: torch.where(x > 0.5, x, y)), ("abs", lambda: x.abs()), ("sgn", lambda: x.sgn()),
+        ("exp", lambda: x.exp()), ("log", lambda: x.log()), ("sigmoid", lambda: x.sigmoid()),
+        ("sigmoid backward", lambda: torch.ops.aten.sigmoid_backward(x, y)),
+        ("clamp", lambda: x.clamp(0.1, 0.9)), ("clamp_min", lambda: x.clamp_min(0.1)), ("round", lambda: x.round()),
+        ("pow", lambda: x.pow(2)), ("isfinite", lambda: x.isfinite()), ("nan_to_num", lambda: x.nan_to_num()),
+        ("sum", lambda: x.sum()), ("mean", lambda: x.mean()), ("median", lambda: x.median()),
+        ("sort", lambda: x.sort()), ("argsort i64", lambda: i.argsort()), ("gather", lambda: x.gather(0, i)),
+        ("index (advanced indexing)", lambda: x[i]), ("nonzero", lambda: (x > 0.5).nonzero()),
+        ("cat / stack", lambda: (torch.cat([x, y]), torch.stack([x, y]))),
+        ("to: uint8 -> f32", lambda: u8.float()), ("to: f32 -> f64", lambda: x.double()),
+        ("fill / zeros / arange", lambda: (torch.zeros(1000, device=dev), torch.arange(1000, device=dev))),
+        ("randint", lambda: torch.randint(0, 10, (1000,), device=dev)),
+        ("conv2d (SSIM's Gaussian)", lambda: torch.nn.functional.conv2d(img, torch.ones(3, 1, 11, 1, device=dev), groups=3)),
+    ]
+
+    def run(fn):
+        fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    for name, fn in ops:
+        st.run(f"op: {name}", lambda fn=fn: run(fn))
+
+
 def main(argv=None) -> int:
     """Prints the stages; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -86,6 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=5, help="mappings listed per stage")
     ap.add_argument("--run-only", action="store_true",
                     help="skip the rasterizer, cuBLAS and Adam stages: what a run itself adds after CUDA init")
+    ap.add_argument("--ops", action="store_true", help="a stage per torch operation family a run uses")
     ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
     args = ap.parse_args(argv)
     st = Stages(args.top)
@@ -110,6 +155,9 @@ def main(argv=None) -> int:
         st.run("CUDA context (one tensor on the GPU)", lambda: torch.zeros(1, device=dev).sum().item())
     if not args.run_only:
         synthetic_stages(st, torch, mods["rasterizer"], dev, args.spheres)
+    if args.ops:
+        op_stages(st, torch, dev)
+        print(f"torch operation families: {sum(r[2] for r in st.rows if r[0].startswith('op: ')):+.1f} MB in all")
     if args.frames > 0:
         from slam.cli import main as run_slam
         out = tempfile.mkdtemp(prefix="memory_stages_")
