@@ -90,3 +90,20 @@ def test_keyframe_from_the_tracking_frame_equals_the_keyframe_from_the_frame(dev
     assert np.abs(a.color.astype(int) - downscale_color(color, 2).astype(int)).max() <= 1
     full = Keyframe.from_frame(frame, np.eye(4), 1)
     np.testing.assert_array_equal(full.color, color)     # no downscale: the frame's own pixels
+
+
+def test_keyframe_colour_is_rounded_as_torch_rounds_on_the_device():
+    # from_observation rounds on the host (np.rint): the same uint8 as torch's round on the
+    # device, ties to even included (x.5 levels reached exactly by the multiplication by 255)
+    levels = torch.arange(0, 256, dtype=torch.float32)
+    ties = (torch.arange(0, 255, dtype=torch.float32) + 0.5) / 255.0
+    rand = torch.rand(4000, generator=torch.Generator().manual_seed(1))
+    values = torch.cat([levels / 255.0, ties, rand, torch.tensor([0.0, 1.0])])
+    n = values.numel() // 3 * 3
+    color = values[:n].reshape(1, -1, 3)
+    obs = Observation(color, torch.ones(color.shape[:2]), torch.eye(3))
+    frame = Frame(index=0, timestamp=0.0, color=np.zeros((1, n // 3, 3), np.uint8),
+                  depth=np.ones((1, n // 3), np.float32), K=np.eye(3))
+    kf = Keyframe.from_observation(frame, obs, np.eye(4), 1)
+    np.testing.assert_array_equal(kf.color, (color * 255.0).round().to(torch.uint8).numpy())
+    assert (np.rint(((ties * 255.0).numpy())) % 2 == 0).all()      # the ties went to even

@@ -191,6 +191,10 @@ def test_pivot_depth_is_the_median_of_valid_depth():
         d[torch.rand(37, 51, generator=g) < holes] = 0
         assert float(pivot_depth(d)) == float(d[d > 0].median())
     assert float(pivot_depth(torch.zeros(4, 4))) == 1.0
+    assert float(pivot_depth(torch.tensor([[0.0, 4.0, 1.0], [3.0, 0.0, 2.0]]))) == 2.0   # even: the lower
+    assert float(pivot_depth(torch.tensor([[0.0, 5.0]]))) == 5.0                          # one valid pixel
+    big = torch.rand(480, 640, generator=g) + 1.0                                          # 640x480, all valid
+    assert float(pivot_depth(big)) == float(big.median())
 
 
 def _diagonal_state(h_diag, g):

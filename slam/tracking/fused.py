@@ -190,13 +190,17 @@ class FusedSolver:
 def pivot_depth(depth: torch.Tensor) -> torch.Tensor:
     """The rotation pivot's z: the median valid (> 0) depth of (H, W) ``depth`` (the lower middle
     value for an even count, as ``torch.median``), m, as a (1,) float64 tensor on its device (1 m
-    when nothing is valid). A sort and a gather: no host wait (``nanmedian`` costs ~0.4 ms of
-    host time a call on CUDA)."""
+    when nothing is valid). A sort and an index: no host wait (``nanmedian`` costs ~0.4 ms of
+    host time a call on CUDA). The middle index is halved in float32 (exact below 2^24 pixels)
+    rather than by integer division, and read by indexing rather than ``gather``: on CUDA each
+    operation family a run touches loads its kernels into host memory once (10-25 MB each for
+    those two; docs/benchmarks.md#host-memory), and these are the run's only users of them."""
     d = depth.reshape(-1)
     ok = d > 0
     ranked = torch.sort(torch.where(ok, d, torch.full_like(d, float("inf"))))[0]
     n = ok.sum().reshape(1)
-    mid = ranked.gather(0, ((n - 1) // 2).clamp_min(0))
+    middle = ((n - 1).clamp_min(0).float() * 0.5).long()      # (n - 1) // 2, n >= 1
+    mid = ranked[middle]
     return torch.where(n > 0, mid, torch.ones_like(mid)).to(torch.float64)
 
 
