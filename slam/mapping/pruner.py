@@ -47,8 +47,18 @@ def adapt_factor(cfg: PrunerConfig, novelty: float) -> float:
     return cfg.revisit_prune + (cfg.explore_keep - cfg.revisit_prune) * t
 
 
+def lower_median(x: torch.Tensor) -> torch.Tensor:
+    """The lower median of non-empty ``x`` (any shape), a 0-d tensor on its device: as
+    ``x.median()`` (NaN when ``x`` has one), by a sort. On CUDA every operation family loads its
+    kernels into host memory on first use (docs/benchmarks.md#host-memory); the run's sorts
+    already load the sort, ``median`` would add its own."""
+    ranked = torch.sort(x.reshape(-1))[0]          # NaN sorts last
+    last = ranked[-1]
+    return torch.where(last.isnan(), last, ranked[(ranked.numel() - 1) // 2])
+
+
 def _median(x: torch.Tensor) -> torch.Tensor:
-    return x.median().clamp_min(1e-12) if x.numel() else torch.ones((), device=x.device)
+    return lower_median(x).clamp_min(1e-12) if x.numel() else torch.ones((), device=x.device)
 
 
 class Pruner:
@@ -95,7 +105,7 @@ class Pruner:
         score = self.importance(smap)
         scored = smap.stats["age"][:n] > 0
         thr = self.cfg.threshold * adapt_factor(self.cfg, novelty) * (
-            score[scored].median() if scored.any() else torch.zeros((), device=score.device))
+            lower_median(score[scored]) if scored.any() else torch.zeros((), device=score.device))
         low = (score < thr) & seen
         rounds = smap.stats["low_rounds"][:n]
         smap.stats["low_rounds"][:n] = torch.where(seen, torch.where(low, rounds + 1, torch.zeros_like(rounds)), rounds)
@@ -123,7 +133,9 @@ class Pruner:
         score = self.importance(smap)
         score = torch.where(smap.stats["age"][: smap.n] > 0, score, torch.full_like(score, float("inf")))
         score[: smap.frozen] = float("inf")
-        victims = torch.topk(score, excess, largest=False).indices
+        # the lowest scores (ties: the oldest rows first) by the sort the run already uses (topk's
+        # kernels would cost host memory, docs/benchmarks.md#host-memory)
+        victims = torch.argsort(score, stable=True)[:excess]
         mask = torch.zeros(smap.n, dtype=torch.bool, device=score.device)
         mask[victims] = True
         return smap.remove(mask)
