@@ -124,7 +124,9 @@ def invert(T: torch.Tensor) -> torch.Tensor:
         return out
     R = T[:3, :3]
     t = T[:3, 3]
-    top = torch.cat([R.T, -(R * t[:, None]).sum(0)[:, None]], dim=1)   # -R^T t without cuBLAS
+    # -R^T t without cuBLAS, and negated by a product with -1 (exact): on a GPU the negation's own
+    # kernels would be loaded into host memory for this one use (docs/benchmarks.md#host-memory)
+    top = torch.cat([R.T, (R * t[:, None]).sum(0).mul(-1.0)[:, None]], dim=1)
     return torch.cat([top, T[3:]], dim=0)
 
 

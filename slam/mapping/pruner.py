@@ -104,8 +104,9 @@ class Pruner:
         n = smap.n
         score = self.importance(smap)
         scored = smap.stats["age"][:n] > 0
+        ranked = score[scored]              # its size is known on the host: no any() (its own kernels)
         thr = self.cfg.threshold * adapt_factor(self.cfg, novelty) * (
-            lower_median(score[scored]) if scored.any() else torch.zeros((), device=score.device))
+            lower_median(ranked) if ranked.numel() else torch.zeros((), device=score.device))
         low = (score < thr) & seen
         rounds = smap.stats["low_rounds"][:n]
         smap.stats["low_rounds"][:n] = torch.where(seen, torch.where(low, rounds + 1, torch.zeros_like(rounds)), rounds)
