@@ -122,6 +122,34 @@ def test_counts_take_a_keyframes_evidence_out_exactly():
     np.testing.assert_array_equal(both.misses[:, oy:oy + h, ox:ox + w], only_a.misses)
 
 
+def test_counts_are_uint16_until_the_keyframes_could_pass_it_then_int32():
+    floor = FloorFrame.from_up([0, 0, 1.0], 0.0)
+    rng = np.random.default_rng(4)
+    a = cast(rng.uniform([-2, -2, 0], [2, 2, 1.2], (500, 3)) - [0, 0, 1.3], _eye_at(1.3), floor, 0.05, 0.1, 1.0, 4)
+    small, wide = GridCounts(18), GridCounts(18)
+    small.add(a)
+    wide.hits, wide.misses = wide.hits.astype(np.int32), wide.misses.astype(np.int32)
+    wide.add(a)
+    assert small.hits.dtype == np.uint16 and small.nbytes() * 2 == wide.nbytes()
+    args = (floor, 0.05, 0.85, -0.4, 0.65, 0.2, 0.5, 1, 1)
+    np.testing.assert_array_equal(small.snapshot(*args).occupancy, wide.snapshot(*args).occupancy)
+    # counts near the top of uint16 (hits + misses = 65536 would wrap to 0 in uint16: still seen)
+    occupied = small.hits > 0
+    small.hits[occupied], small.misses[occupied] = 60000, 5536
+    small.misses[~occupied & (small.misses > 0)] = 65535
+    small.integrated = 65535
+    wide.hits, wide.misses = small.hits.astype(np.int32), small.misses.astype(np.int32)
+    before = small.snapshot(*args).occupancy
+    np.testing.assert_array_equal(before, wide.snapshot(*args).occupancy)
+    # at 65535 integrated keyframes the next one needs int32
+    small.add(a)
+    assert small.hits.dtype == np.int32 and small.hits.max() == 60001 and small.misses.max() == 65536
+    small.add(a, -1)
+    assert small.integrated == 65535
+    np.testing.assert_array_equal(small.hits, wide.hits)
+    np.testing.assert_array_equal(small.snapshot(*args).occupancy, before)
+
+
 def _eye_at(z: float, x: float = 0.0) -> np.ndarray:
     T = np.eye(4)
     T[:3, 3] = [x, 0.0, z]

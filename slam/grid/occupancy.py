@@ -43,14 +43,18 @@ def _column_box(c: Contribution) -> Optional[tuple[np.ndarray, np.ndarray]]:
 
 
 class GridCounts:
-    """hits, misses: (layers, H, W) int32 counts; voxel (x, y, k) of the floor frame is at
-    [k, y - origin[1], x - origin[0]] (row = y)."""
+    """hits, misses: (layers, H, W) counts; voxel (x, y, k) of the floor frame is at
+    [k, y - origin[1], x - origin[0]] (row = y). A contribution's voxels are distinct, so no count
+    exceeds the number of keyframes integrated (``integrated``): the counts are uint16 (half the
+    memory of int32: 72 MB for a 50 x 50 m floor at 5 cm and 18 layers) until that number would
+    pass 65535, then int32."""
 
     def __init__(self, layers: int) -> None:
         self.layers = layers
         self.origin = np.zeros(2, np.int64)
-        self.hits = np.zeros((layers, 0, 0), np.int32)
-        self.misses = np.zeros((layers, 0, 0), np.int32)
+        self.hits = np.zeros((layers, 0, 0), np.uint16)
+        self.misses = np.zeros((layers, 0, 0), np.uint16)
+        self.integrated = 0                   # contributions added and not taken out
         self.box: Optional[tuple] = None      # (x0, y0, x1, y1) cells ever touched, inclusive
 
     @property
@@ -73,7 +77,8 @@ class GridCounts:
         new_lo = np.minimum(lo - GROW_CELLS, cur_lo) if h and w else lo - GROW_CELLS
         new_hi = np.maximum(hi + GROW_CELLS, cur_hi) if h and w else hi + GROW_CELLS
         W, H = (new_hi - new_lo + 1).tolist()
-        hits, misses = np.zeros((self.layers, H, W), np.int32), np.zeros((self.layers, H, W), np.int32)
+        dtype = self.hits.dtype
+        hits, misses = np.zeros((self.layers, H, W), dtype), np.zeros((self.layers, H, W), dtype)
         if h and w:
             ox, oy = (cur_lo - new_lo).tolist()
             hits[:, oy:oy + h, ox:ox + w] = self.hits
@@ -82,6 +87,9 @@ class GridCounts:
 
     def add(self, c: Contribution, sign: int = 1) -> None:
         """Add (sign 1) or take out (sign -1) one keyframe's evidence (its voxels are distinct)."""
+        if sign > 0 and self.integrated + 1 > np.iinfo(self.hits.dtype).max:
+            self.hits, self.misses = self.hits.astype(np.int32), self.misses.astype(np.int32)
+        self.integrated += 1 if sign > 0 else -1
         if sign > 0:
             box = _column_box(c)
             if box is not None:
@@ -91,7 +99,11 @@ class GridCounts:
                 self.box = (min(b[0], lo[0]), min(b[1], lo[1]), max(b[2], hi[0]), max(b[3], hi[1]))
         for v, counts in ((c.occupied, self.hits), (c.free, self.misses)):
             if len(v):
-                counts[v[:, 2], v[:, 1] - self.origin[1], v[:, 0] - self.origin[0]] += sign
+                at = (v[:, 2], v[:, 1] - self.origin[1], v[:, 0] - self.origin[0])
+                if sign > 0:
+                    counts[at] += 1
+                else:
+                    counts[at] -= 1
 
     def snapshot(self, floor: FloorFrame, resolution: float, log_odds_hit: float, log_odds_miss: float,
                  occupied_thresh: float, free_thresh: float, free_coverage: float, version: int,
@@ -103,7 +115,7 @@ class GridCounts:
         bx0, by0 = self.box[0] - int(self.origin[0]), self.box[1] - int(self.origin[1])
         bx1, by1 = self.box[2] - int(self.origin[0]) + 1, self.box[3] - int(self.origin[1]) + 1
         hits, misses = self.hits[:, by0:by1, bx0:bx1], self.misses[:, by0:by1, bx0:bx1]
-        seen = (hits + misses) > 0
+        seen = (hits > 0) | (misses > 0)              # (no sum: it could wrap in uint16)
         L = np.where(seen, hits * np.float32(log_odds_hit) + misses * np.float32(log_odds_miss), -np.inf)
         top = L.max(axis=0)
         occupied = top > logit(occupied_thresh)
