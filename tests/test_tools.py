@@ -247,6 +247,13 @@ def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
     fake = {"default": [{"fps_system": f, "stage_ms": {"tracking_mean": 1.0, "mapping_mean": 1.0}} for f in (90, 45)],
             "both off": [{"fps_system": f, "stage_ms": {"tracking_mean": 1.0, "mapping_mean": 1.0}} for f in (100, 50)]}
     assert "| default | 67.5 [45.0-90.0] | -10 % |" in table(fake)
+    from slam.tools.thread_cost import costs
+    four = {name: [{"fps_system": f} for f in fps] for name, fps in
+            {"default": (80, 40), "grid off": (90, 45), "loop off": (100, 44), "both off": (100, 50)}.items()}
+    lines = costs(four).splitlines()
+    assert lines[0] == "- loop stage, grid on: 14.5 % of the system frame rate (rounds 9.1 to 20.0)"
+    assert lines[3] == "- grid, loop stage off: 6.0 % of the system frame rate (rounds 0.0 to 12.0)"
+    assert costs({"default": four["default"], "both off": four["both off"]}) == ""
     assert rows["both off"][4].strip() == "-" and rows["both off"][5].strip() == "-"   # no loop, no grid
     assert float(rows["default"][6]) > 0                           # peak RSS, MB
     assert rows["default"][7].strip() == "-"                       # no GPU memory on the CPU

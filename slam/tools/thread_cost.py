@@ -2,7 +2,8 @@
 without the loop stage and without either, interleaved (run 1 of every setting, then run 2, ...:
 a machine's drift hits all settings alike), one ``run_slam`` process each; prints the system frame
 rate (median [min-max]) against the run without either, what each thread took, and the peak
-process RSS and GPU memory (allocated by torch) of each setting.
+process RSS and GPU memory (allocated by torch) of each setting; then each thread's cost with the
+other thread on and off, paired by round.
 
     python -m slam.tools.thread_cost --config 7scenes.yaml --set data.path=/data/7s --runs 4
 
@@ -72,6 +73,23 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+# Each thread's cost with the other one on and off: (what, setting with it, setting without it).
+COSTS = (("loop stage, grid on", "default", "loop off"), ("loop stage, grid off", "grid off", "both off"),
+         ("grid, loop stage on", "default", "grid off"), ("grid, loop stage off", "loop off", "both off"))
+
+
+def costs(results: dict) -> str:
+    """Each thread's cost in system FPS, paired by round: 100 (1 - fps_with / fps_without) per
+    round, median and range (a negative cost: faster with it); only pairs whose settings ran."""
+    lines = []
+    for what, on, off in COSTS:
+        if results.get(on) and results.get(off):
+            cost = [100.0 * (1.0 - a["fps_system"] / b["fps_system"]) for a, b in zip(results[on], results[off])]
+            lines.append(f"- {what}: {statistics.median(cost):.1f} % of the system frame rate "
+                         f"(rounds {min(cost):.1f} to {max(cost):.1f})")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     """Runs the settings, prints the table; 0 when every run finished."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -93,10 +111,12 @@ def main(argv=None) -> int:
             results[s].append(m)
             print(f"run {i} {s}: {m['fps_system']:.1f} FPS", flush=True)
         # after every round, so a run stopped early still leaves the rounds it finished
-        (out / "table.md").write_text(f"{i} of {args.runs} rounds\n\n{table(results)}\n")
+        (out / "table.md").write_text(f"{i} of {args.runs} rounds\n\n{table(results)}\n\n{costs(results)}\n")
     print(f"\n`python -m slam.tools.thread_cost --config {args.config} "
           + " ".join(f"--set {o}" for o in args.set) + f" --runs {args.runs}`\n")
     print(table(results))
+    print()
+    print(costs(results))
     return 0
 
 
