@@ -86,6 +86,23 @@ def test_finish_after_an_error_writes_what_was_tracked_and_the_stop_line(tmp_pat
     assert "early, after 3 frames" in capsys.readouterr().out
 
 
+def test_the_metrics_peak_rss_is_the_runs_before_the_profile_and_the_evaluation(tmp_path, sample_run, monkeypatch):
+    """metrics.json's peak_rss_mb is read when finish starts: the after-run profiler and the
+    evaluation do not count as the run's memory."""
+    import slam.output.metrics as metrics_module
+    cfg = _cfg(sample_run)
+    system = SlamSystem(cfg)
+    source = open_source(cfg.data)
+    session = RunSession(system, cfg, source.stats, out=str(tmp_path / "run"))
+    system.run(iter(list(source)[:4]))
+    session.close_writers()
+    monkeypatch.setattr(session_module, "peak_rss_mb", lambda: 123.0)       # at finish's start
+    monkeypatch.setattr(metrics_module, "peak_rss_mb", lambda: 456.0)       # later, in the evaluation
+    metrics = session.finish()
+    assert metrics["peak_rss_mb"] == 123.0 and "peak_rss_mb_after_profile" not in metrics   # CPU: no profile
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["peak_rss_mb"] == 123.0
+
+
 def test_a_viewer_that_cannot_start_is_reported_and_the_run_goes_on(tmp_path, sample_run, monkeypatch):
     cfg = _cfg(sample_run, f"viewer.rrd={tmp_path / 'v.rrd'}")
     system = SlamSystem(cfg)

@@ -27,6 +27,7 @@ from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, write_outputs
 from slam.output.summary import summary_text
 from slam.output.viewer import RerunViewer, attach_viewer
+from slam.runtime.recorder import peak_rss_mb
 
 log = logging.getLogger("slam.output.session")
 
@@ -120,6 +121,9 @@ class RunSession:
         say = status or (lambda text: None)
         stats = self.source_stats if stats is None else stats
         self.close_writers()
+        # the run's own high-water mark: the after-run profiler's replays add ~550 MB to it on CUDA
+        # (docs/benchmarks.md#host-memory), which is not what the run costs
+        run_peak_rss_mb = peak_rss_mb()
         try:
             if profile and self.system.device.type == "cuda":
                 say("profiling the tracker on the last frame (GPU ms, kernel launches)")
@@ -134,6 +138,9 @@ class RunSession:
                           if every and result.keyframes else "")
                 say("evaluating: trajectory against the ground truth, depth agreement" + images)
             metrics = collect_metrics(result, stats, every)
+            if result.tracking_profile:
+                metrics["peak_rss_mb_after_profile"] = metrics["peak_rss_mb"]
+            metrics["peak_rss_mb"] = run_peak_rss_mb
             metrics.update(extra or {})
             if self.viewer is not None:
                 metrics["viewer"] = self.viewer.stats()
