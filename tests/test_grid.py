@@ -116,10 +116,65 @@ def test_counts_take_a_keyframes_evidence_out_exactly():
     both.add(b, -1)
     only_a.add(a)
     assert both.hits.sum() == only_a.hits.sum() > 0
-    oy, ox = (only_a.origin - both.origin)[::-1]
-    h, w = only_a.shape
-    np.testing.assert_array_equal(both.hits[:, oy:oy + h, ox:ox + w], only_a.hits)
-    np.testing.assert_array_equal(both.misses[:, oy:oy + h, ox:ox + w], only_a.misses)
+    (o_both, h_both, m_both), (o_a, h_a, m_a) = both.dense(), only_a.dense()
+    oy, ox = (o_a - o_both)[::-1]
+    h, w = h_a.shape[1:]
+    np.testing.assert_array_equal(h_both[:, oy:oy + h, ox:ox + w], h_a)
+    np.testing.assert_array_equal(m_both[:, oy:oy + h, ox:ox + w], m_a)
+    assert h_both.sum() == h_a.sum() and m_both.sum() == m_a.sum()       # nothing outside a's columns
+
+
+def _dense_reference(contributions: list, layers: int, args: tuple):
+    """The grid as one dense array over the columns touched (the store before tiles): counts and
+    the snapshot's projection, the oracle of the tiled ``GridCounts``."""
+    floor, resolution, lh, lm, occ_t, free_t, coverage = args[:7]
+    cols = np.concatenate([np.concatenate([c.occupied, c.free])[:, :2] for c, _ in contributions])
+    lo, hi = cols.min(axis=0), cols.max(axis=0)
+    hits = np.zeros((layers, hi[1] - lo[1] + 1, hi[0] - lo[0] + 1), np.int64)
+    misses = np.zeros_like(hits)
+    for c, sign in contributions:
+        for v, counts in ((c.occupied, hits), (c.free, misses)):
+            np.add.at(counts, (v[:, 2], v[:, 1] - lo[1], v[:, 0] - lo[0]), sign)
+    seen = (hits + misses) > 0
+    L = np.where(seen, hits * np.float32(lh) + misses * np.float32(lm), -np.inf)
+    top = L.max(axis=0)
+    occupied = top > math.log(occ_t / (1 - occ_t))
+    free = ~occupied & ((seen & (L < math.log(free_t / (1 - free_t)))).mean(axis=0) >= coverage)
+    known = occupied | free
+    rows, cols_ = np.nonzero(known.any(axis=1))[0], np.nonzero(known.any(axis=0))[0]
+    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols_[0], cols_[-1] + 1
+    p = 1.0 / (1.0 + np.exp(-np.clip(top[r0:r1, c0:c1], -30.0, 30.0)))
+    occ = np.where(known[r0:r1, c0:c1], np.rint(p * 100.0), -1).astype(np.int8)
+    return lo, hits, misses, occ, (int(lo[0] + c0), int(lo[1] + r0))
+
+
+def test_tiled_counts_equal_one_dense_array():
+    """Keyframes scattered over a large area (negative cells, tiles far apart, the tile table
+    growing in every direction) and one taken out again: the same counts and the same grid as one
+    dense array over the whole box."""
+    floor = FloorFrame.from_up([0, 0, 1.0], 0.0)
+    rng = np.random.default_rng(7)
+    counts, added = GridCounts(18), []
+    for x, y in ((0.0, 0.0), (9.0, -4.0), (-12.0, 7.5), (3.1, 3.2), (-6.0, -15.0)):
+        T = _eye_at(1.3, x=x)
+        T[1, 3] = y
+        pts = rng.uniform([-2, -2, 0], [2, 2, 1.2], (400, 3)) + [x, y, -1.3]
+        c = cast(pts, T, floor, 0.05, 0.1, 1.0, 4)
+        counts.add(c)
+        added.append((c, 1))
+    counts.add(added[1][0], -1)
+    added.append((added[1][0], -1))
+    args = (floor, 0.05, 0.85, -0.4, 0.65, 0.35, 0.8, 3, 5)
+    lo, hits, misses, occ, origin = _dense_reference(added, 18, args)
+    o, h, m = counts.dense()
+    np.testing.assert_array_equal(o, lo)
+    np.testing.assert_array_equal(h, hits)
+    np.testing.assert_array_equal(m, misses)
+    snap = counts.snapshot(*args)
+    np.testing.assert_array_equal(snap.occupancy, occ)
+    assert snap.origin_cell == origin
+    # the tiles hold the area seen, far less than the box: 5 views 4 m wide over a 25 x 26 m box
+    assert counts.tiles * 64 * 64 < 0.5 * hits.shape[1] * hits.shape[2]
 
 
 def test_counts_are_uint16_until_the_keyframes_could_pass_it_then_int32():
@@ -130,7 +185,7 @@ def test_counts_are_uint16_until_the_keyframes_could_pass_it_then_int32():
     small.add(a)
     wide.hits, wide.misses = wide.hits.astype(np.int32), wide.misses.astype(np.int32)
     wide.add(a)
-    assert small.hits.dtype == np.uint16 and small.nbytes() * 2 == wide.nbytes()
+    assert small.hits.dtype == np.uint16 and small.hits.nbytes * 2 == wide.hits.nbytes
     args = (floor, 0.05, 0.85, -0.4, 0.65, 0.2, 0.5, 1, 1)
     np.testing.assert_array_equal(small.snapshot(*args).occupancy, wide.snapshot(*args).occupancy)
     # counts near the top of uint16 (hits + misses = 65536 would wrap to 0 in uint16: still seen)

@@ -24,7 +24,9 @@ import numpy as np
 from slam.grid.floor import FloorFrame
 from slam.grid.raycast import Contribution
 
-GROW_CELLS = 64           # margin added when the grid grows
+TILE = 64                 # columns per tile side: counts are stored for the tiles touched only
+TILE_SHIFT = 6            # log2(TILE)
+GROW_TILES = 2            # margin of the tile table when it grows
 
 
 def logit(p: float) -> float:
@@ -43,84 +45,147 @@ def _column_box(c: Contribution) -> Optional[tuple[np.ndarray, np.ndarray]]:
 
 
 class GridCounts:
-    """hits, misses: (layers, H, W) counts; voxel (x, y, k) of the floor frame is at
-    [k, y - origin[1], x - origin[0]] (row = y). A contribution's voxels are distinct, so no count
-    exceeds the number of keyframes integrated (``integrated``): the counts are uint16 (half the
-    memory of int32: 72 MB for a 50 x 50 m floor at 5 cm and 18 layers) until that number would
-    pass 65535, then int32."""
+    """Per voxel of the band, how many integrated keyframes saw it occupied (hits) and free
+    (misses), stored in TILE x TILE-column tiles allocated where a keyframe first touches: memory
+    follows the area seen, not its bounding box (an L-shaped corridor holds its own tiles only).
+
+    ``hits``, ``misses``: (capacity, layers, TILE, TILE) pools, the first ``tiles`` in use;
+    ``slots``: (TH, TW) int32, the pool slot of tile (tx, ty) at [ty - tile_origin[1], tx -
+    tile_origin[0]] (-1: none); column (x, y) lies in tile (x >> TILE_SHIFT, y >> TILE_SHIFT) at
+    [y & (TILE - 1), x & (TILE - 1)]. A contribution's voxels are distinct, so no count exceeds the
+    keyframes integrated (``integrated``): uint16 until that number would pass 65535, then int32.
+    ``dense()`` gives the counts over the columns touched as plain arrays."""
 
     def __init__(self, layers: int) -> None:
         self.layers = layers
-        self.origin = np.zeros(2, np.int64)
-        self.hits = np.zeros((layers, 0, 0), np.uint16)
-        self.misses = np.zeros((layers, 0, 0), np.uint16)
+        self.tile_origin = np.zeros(2, np.int64)
+        self.slots = np.full((0, 0), -1, np.int32)
+        self.hits = np.zeros((0, layers, TILE, TILE), np.uint16)
+        self.misses = np.zeros((0, layers, TILE, TILE), np.uint16)
+        self.tiles = 0                        # pool slots in use
         self.integrated = 0                   # contributions added and not taken out
         self.box: Optional[tuple] = None      # (x0, y0, x1, y1) cells ever touched, inclusive
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.hits.shape[1:]
-
     def nbytes(self) -> int:
-        return self.hits.nbytes + self.misses.nbytes
+        return self.hits.nbytes + self.misses.nbytes + self.slots.nbytes
 
     def clear(self) -> None:
         self.__init__(self.layers)
 
-    def _fit(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Grow (with a margin) so that the columns from ``lo`` to ``hi`` ((2,) int64 x, y) fall
-        inside."""
-        h, w = self.shape
-        cur_lo, cur_hi = self.origin, self.origin + np.array([w, h]) - 1
-        if h and w and np.all(lo >= cur_lo) and np.all(hi <= cur_hi):
+    def _fit_tiles(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Grow the tile table (with a margin) so that tiles ``lo`` to ``hi`` ((2,) int64 tx, ty)
+        fall inside it."""
+        th, tw = self.slots.shape
+        cur_lo, cur_hi = self.tile_origin, self.tile_origin + np.array([tw, th]) - 1
+        if th and tw and np.all(lo >= cur_lo) and np.all(hi <= cur_hi):
             return
-        new_lo = np.minimum(lo - GROW_CELLS, cur_lo) if h and w else lo - GROW_CELLS
-        new_hi = np.maximum(hi + GROW_CELLS, cur_hi) if h and w else hi + GROW_CELLS
-        W, H = (new_hi - new_lo + 1).tolist()
-        dtype = self.hits.dtype
-        hits, misses = np.zeros((self.layers, H, W), dtype), np.zeros((self.layers, H, W), dtype)
-        if h and w:
+        new_lo = np.minimum(lo - GROW_TILES, cur_lo) if th and tw else lo - GROW_TILES
+        new_hi = np.maximum(hi + GROW_TILES, cur_hi) if th and tw else hi + GROW_TILES
+        TW, TH = (new_hi - new_lo + 1).tolist()
+        slots = np.full((TH, TW), -1, np.int32)
+        if th and tw:
             ox, oy = (cur_lo - new_lo).tolist()
-            hits[:, oy:oy + h, ox:ox + w] = self.hits
-            misses[:, oy:oy + h, ox:ox + w] = self.misses
-        self.origin, self.hits, self.misses = new_lo, hits, misses
+            slots[oy:oy + th, ox:ox + tw] = self.slots
+        self.tile_origin, self.slots = new_lo, slots
+
+    def _allocate(self, new: np.ndarray) -> None:
+        """Give the tiles where ``new`` ((TH, TW) bool) is true a pool slot each (zeroed)."""
+        count = int(new.sum())
+        if count == 0:
+            return
+        need = self.tiles + count
+        if need > len(self.hits):                      # the pool doubles: amortised copies
+            cap = max(need, 2 * len(self.hits), 4)
+            for name in ("hits", "misses"):
+                old = getattr(self, name)
+                grown = np.zeros((cap, self.layers, TILE, TILE), old.dtype)
+                grown[:self.tiles] = old[:self.tiles]
+                setattr(self, name, grown)
+        self.slots[new] = np.arange(self.tiles, need, dtype=np.int32)
+        self.tiles = need
+
+    def _flat(self, v: np.ndarray) -> np.ndarray:
+        """(M, 3) voxels (x, y, layer) of allocated tiles -> their flat indices into a pool."""
+        x, y = v[:, 0], v[:, 1]
+        slot = self.slots[(y >> TILE_SHIFT) - self.tile_origin[1], (x >> TILE_SHIFT) - self.tile_origin[0]]
+        return (((slot.astype(np.int64) * self.layers + v[:, 2]) << TILE_SHIFT) + (y & (TILE - 1))) * TILE \
+            + (x & (TILE - 1))
 
     def add(self, c: Contribution, sign: int = 1) -> None:
-        """Add (sign 1) or take out (sign -1) one keyframe's evidence (its voxels are distinct)."""
+        """Add (sign 1) or take out (sign -1, a contribution added before) one keyframe's evidence
+        (its voxels are distinct)."""
         if sign > 0 and self.integrated + 1 > np.iinfo(self.hits.dtype).max:
             self.hits, self.misses = self.hits.astype(np.int32), self.misses.astype(np.int32)
         self.integrated += 1 if sign > 0 else -1
         if sign > 0:
             box = _column_box(c)
             if box is not None:
-                self._fit(*box)
+                self._fit_tiles(box[0] >> TILE_SHIFT, box[1] >> TILE_SHIFT)
+                touched = np.zeros(self.slots.shape, bool)
+                for v in (c.occupied, c.free):
+                    if len(v):
+                        touched[(v[:, 1] >> TILE_SHIFT) - self.tile_origin[1],
+                                (v[:, 0] >> TILE_SHIFT) - self.tile_origin[0]] = True
+                self._allocate(touched & (self.slots < 0))
                 lo, hi = box[0].tolist(), box[1].tolist()
                 b = self.box or (lo[0], lo[1], hi[0], hi[1])
                 self.box = (min(b[0], lo[0]), min(b[1], lo[1]), max(b[2], hi[0]), max(b[3], hi[1]))
-        for v, counts in ((c.occupied, self.hits), (c.free, self.misses)):
+        for v, pool in ((c.occupied, self.hits), (c.free, self.misses)):
             if len(v):
-                at = (v[:, 2], v[:, 1] - self.origin[1], v[:, 0] - self.origin[0])
+                at = self._flat(v)
+                counts = pool.reshape(-1)                   # a view: the pool is contiguous
                 if sign > 0:
                     counts[at] += 1
                 else:
                     counts[at] -= 1
 
+    def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(origin (2,) int64 cell x, y; hits, misses (layers, H, W)) over the columns ever
+        touched (``box``; voxel (x, y, k) at [k, y - origin[1], x - origin[0]]); empty arrays
+        before any."""
+        if self.box is None:
+            z = np.zeros((self.layers, 0, 0), self.hits.dtype)
+            return np.zeros(2, np.int64), z, z.copy()
+        x0, y0, x1, y1 = self.box
+        out = []
+        for pool in (self.hits, self.misses):
+            full = self._tiled_to_plane(pool[:self.tiles], 0)
+            ox, oy = int(self.tile_origin[0]) * TILE, int(self.tile_origin[1]) * TILE
+            out.append(np.ascontiguousarray(full[:, y0 - oy:y1 - oy + 1, x0 - ox:x1 - ox + 1]))
+        return np.array([x0, y0], np.int64), out[0], out[1]
+
+    def _tiled_to_plane(self, per_tile: np.ndarray, fill) -> np.ndarray:
+        """(tiles, ..., TILE, TILE) values of the allocated tiles -> (..., TH * TILE, TW * TILE)
+        over the whole tile table, ``fill`` where no tile is."""
+        th, tw = self.slots.shape
+        lead = per_tile.shape[1:-2]
+        grid = np.full((th, tw, *lead, TILE, TILE), fill, per_tile.dtype)
+        have = self.slots >= 0
+        grid[have] = per_tile[self.slots[have]]
+        axes = tuple(range(2, 2 + len(lead)))                    # (th, tw, *lead, T, T) ->
+        grid = grid.transpose(*axes, 0, len(lead) + 2, 1, len(lead) + 3)   # (*lead, th, T, tw, T)
+        return grid.reshape(*lead, th * TILE, tw * TILE)
+
     def snapshot(self, floor: FloorFrame, resolution: float, log_odds_hit: float, log_odds_miss: float,
                  occupied_thresh: float, free_thresh: float, free_coverage: float, version: int,
                  keyframes: int) -> "GridSnapshot":
         """The published version: the columns projected (module docstring) over the bounding box of
-        the known cells, as ROS occupancy (-1 unknown, else the probability in percent, int8)."""
+        the known cells, as ROS occupancy (-1 unknown, else the probability in percent, int8).
+        Projected tile by tile (no array over the layers of the whole box)."""
         if self.box is None:
             return GridSnapshot(np.full((1, 1), -1, np.int8), resolution, (0, 0), floor, version, keyframes)
-        bx0, by0 = self.box[0] - int(self.origin[0]), self.box[1] - int(self.origin[1])
-        bx1, by1 = self.box[2] - int(self.origin[0]) + 1, self.box[3] - int(self.origin[1]) + 1
-        hits, misses = self.hits[:, by0:by1, bx0:bx1], self.misses[:, by0:by1, bx0:bx1]
+        hits, misses = self.hits[:self.tiles], self.misses[:self.tiles]
         seen = (hits > 0) | (misses > 0)              # (no sum: it could wrap in uint16)
         L = np.where(seen, hits * np.float32(log_odds_hit) + misses * np.float32(log_odds_miss), -np.inf)
-        top = L.max(axis=0)
-        occupied = top > logit(occupied_thresh)
-        free = ~occupied & ((seen & (L < logit(free_thresh))).mean(axis=0) >= free_coverage)
-        known = occupied | free
+        top_t = L.max(axis=1)
+        occupied_t = top_t > logit(occupied_thresh)
+        free_t = ~occupied_t & ((seen & (L < logit(free_thresh))).mean(axis=1) >= free_coverage)
+        top = self._tiled_to_plane(top_t, -np.inf)
+        known_all = self._tiled_to_plane(occupied_t | free_t, False)
+        ox, oy = int(self.tile_origin[0]) * TILE, int(self.tile_origin[1]) * TILE
+        bx0, by0 = self.box[0] - ox, self.box[1] - oy
+        bx1, by1 = self.box[2] - ox + 1, self.box[3] - oy + 1
+        top, known = top[by0:by1, bx0:bx1], known_all[by0:by1, bx0:bx1]
         if not known.any():
             return GridSnapshot(np.full((1, 1), -1, np.int8), resolution, (0, 0), floor, version, keyframes)
         rows, cols = np.nonzero(known.any(axis=1))[0], np.nonzero(known.any(axis=0))[0]
