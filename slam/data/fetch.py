@@ -38,10 +38,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-import pooch
-import requests
-from tqdm import tqdm
-
 from slam.data.errors import ArchiveError, DataNotFoundError, DownloadError
 from slam.data.registry import LAYOUT_CHECKS, RegistryEntry
 
@@ -58,7 +54,12 @@ RESUME_ATTEMPTS = 3       # an interrupted transfer is resumed this many times w
 def data_root() -> Path:
     """The data cache: ``$SPHERE_SLAM_DATA`` or the user's cache directory."""
     env = os.environ.get(ENV_CACHE)
-    return Path(env).expanduser() if env else Path(pooch.os_cache("sphere-slam"))
+    if env:
+        return Path(env).expanduser()
+    # the download stack (pooch, requests, tqdm) is imported where used: a run never loads it
+    import pooch
+
+    return Path(pooch.os_cache("sphere-slam"))
 
 
 def source_url(entry: RegistryEntry, mirror: Optional[str] = None) -> str:
@@ -102,6 +103,7 @@ class ResumingDownloader:
         self.attempts = attempts
 
     def __call__(self, url: str, output_file: str, pooch_obj=None, check_only: bool = False):
+        import requests
         for attempt in range(self.attempts + 1):
             try:
                 if self._transfer(url):
@@ -124,6 +126,8 @@ class ResumingDownloader:
 
     def _transfer(self, url: str) -> bool:
         """One request for the missing bytes; True when ``part`` is complete."""
+        import requests
+        from tqdm import tqdm
         have = self.part.stat().st_size if self.part.is_file() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         with requests.get(url, headers=headers, stream=True, timeout=self.timeout) as resp:
@@ -259,6 +263,7 @@ def _remove_empty(dirs: List[Path]) -> None:
 @contextmanager
 def _quiet_pooch() -> Iterator[None]:
     """pooch logs "Downloading file ..." before it tries; the downloader says it once the server answers."""
+    import pooch
     logger = pooch.get_logger()
     level = logger.level
     logger.setLevel(logging.WARNING)
@@ -291,6 +296,7 @@ def fetch(entry: RegistryEntry, *, root: Optional[Path] = None, mirror: Optional
     created = _missing_dirs(target)
     target.mkdir(parents=True, exist_ok=True)
     known = entry.sha256 or recorded_hash(entry, root)
+    import pooch
     getter = pooch.create(path=target, base_url=url.rsplit("/", 1)[0] + "/",
                           registry={entry.archive: f"sha256:{known}" if known else None},
                           urls={entry.archive: url})
