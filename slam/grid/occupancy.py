@@ -104,12 +104,15 @@ class GridCounts:
         self.slots[new] = np.arange(self.tiles, need, dtype=np.int32)
         self.tiles = need
 
-    def _flat(self, v: np.ndarray) -> np.ndarray:
-        """(M, 3) voxels (x, y, layer) of allocated tiles -> their flat indices into a pool."""
+    def _tile_at(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(M, 3) voxels (x, y, layer) inside the tile table -> (rows, cols) of their tiles in it."""
+        return (v[:, 1] >> TILE_SHIFT) - self.tile_origin[1], (v[:, 0] >> TILE_SHIFT) - self.tile_origin[0]
+
+    def _flat(self, v: np.ndarray, tile: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """(M, 3) voxels of allocated tiles, with their ``_tile_at`` -> flat indices into a pool."""
         x, y = v[:, 0], v[:, 1]
-        slot = self.slots[(y >> TILE_SHIFT) - self.tile_origin[1], (x >> TILE_SHIFT) - self.tile_origin[0]]
-        return (((slot.astype(np.int64) * self.layers + v[:, 2]) << TILE_SHIFT) + (y & (TILE - 1))) * TILE \
-            + (x & (TILE - 1))
+        return (((self.slots[tile].astype(np.int64) * self.layers + v[:, 2]) << TILE_SHIFT) + (y & (TILE - 1))) \
+            * TILE + (x & (TILE - 1))
 
     def add(self, c: Contribution, sign: int = 1) -> None:
         """Add (sign 1) or take out (sign -1, a contribution added before) one keyframe's evidence
@@ -119,25 +122,27 @@ class GridCounts:
         self.integrated += 1 if sign > 0 else -1
         if sign > 0:
             box = _column_box(c)
-            if box is not None:
-                self._fit_tiles(box[0] >> TILE_SHIFT, box[1] >> TILE_SHIFT)
-                touched = np.zeros(self.slots.shape, bool)
-                for v in (c.occupied, c.free):
-                    if len(v):
-                        touched[(v[:, 1] >> TILE_SHIFT) - self.tile_origin[1],
-                                (v[:, 0] >> TILE_SHIFT) - self.tile_origin[0]] = True
-                self._allocate(touched & (self.slots < 0))
-                lo, hi = box[0].tolist(), box[1].tolist()
-                b = self.box or (lo[0], lo[1], hi[0], hi[1])
-                self.box = (min(b[0], lo[0]), min(b[1], lo[1]), max(b[2], hi[0]), max(b[3], hi[1]))
-        for v, pool in ((c.occupied, self.hits), (c.free, self.misses)):
-            if len(v):
-                at = self._flat(v)
-                counts = pool.reshape(-1)                   # a view: the pool is contiguous
-                if sign > 0:
-                    counts[at] += 1
-                else:
-                    counts[at] -= 1
+            if box is None:
+                return
+            self._fit_tiles(box[0] >> TILE_SHIFT, box[1] >> TILE_SHIFT)
+            lo, hi = box[0].tolist(), box[1].tolist()
+            b = self.box or (lo[0], lo[1], hi[0], hi[1])
+            self.box = (min(b[0], lo[0]), min(b[1], lo[1]), max(b[2], hi[0]), max(b[3], hi[1]))
+        tiles = [self._tile_at(v) if len(v) else None for v in (c.occupied, c.free)]
+        if sign > 0:
+            touched = np.zeros(self.slots.shape, bool)
+            for tile in tiles:
+                if tile is not None:
+                    touched[tile] = True
+            self._allocate(touched & (self.slots < 0))
+        for v, tile, pool in zip((c.occupied, c.free), tiles, (self.hits, self.misses)):   # (pools as grown)
+            if tile is None:
+                continue
+            counts = pool.reshape(-1)                   # a view: the pool is contiguous
+            if sign > 0:
+                counts[self._flat(v, tile)] += 1
+            else:
+                counts[self._flat(v, tile)] -= 1
 
     def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(origin (2,) int64 cell x, y; hits, misses (layers, H, W)) over the columns ever
@@ -146,25 +151,26 @@ class GridCounts:
         if self.box is None:
             z = np.zeros((self.layers, 0, 0), self.hits.dtype)
             return np.zeros(2, np.int64), z, z.copy()
-        x0, y0, x1, y1 = self.box
-        out = []
-        for pool in (self.hits, self.misses):
-            full = self._tiled_to_plane(pool[:self.tiles], 0)
-            ox, oy = int(self.tile_origin[0]) * TILE, int(self.tile_origin[1]) * TILE
-            out.append(np.ascontiguousarray(full[:, y0 - oy:y1 - oy + 1, x0 - ox:x1 - ox + 1]))
-        return np.array([x0, y0], np.int64), out[0], out[1]
+        hits, misses = (np.ascontiguousarray(self._box_plane(pool[:self.tiles], 0)) for pool in (self.hits, self.misses))
+        return np.array(self.box[:2], np.int64), hits, misses
 
-    def _tiled_to_plane(self, per_tile: np.ndarray, fill) -> np.ndarray:
-        """(tiles, ..., TILE, TILE) values of the allocated tiles -> (..., TH * TILE, TW * TILE)
-        over the whole tile table, ``fill`` where no tile is."""
-        th, tw = self.slots.shape
+    def _box_plane(self, per_tile: np.ndarray, fill) -> np.ndarray:
+        """(tiles, ..., TILE, TILE) values of the allocated tiles -> (..., H, W) over the columns
+        ever touched (``box``), ``fill`` where no tile is; only the tiles the box spans are laid out."""
+        x0, y0, x1, y1 = self.box
+        tx, ty = int(self.tile_origin[0]), int(self.tile_origin[1])
+        slots = self.slots[(y0 >> TILE_SHIFT) - ty:(y1 >> TILE_SHIFT) - ty + 1,
+                           (x0 >> TILE_SHIFT) - tx:(x1 >> TILE_SHIFT) - tx + 1]
+        th, tw = slots.shape
         lead = per_tile.shape[1:-2]
         grid = np.full((th, tw, *lead, TILE, TILE), fill, per_tile.dtype)
-        have = self.slots >= 0
-        grid[have] = per_tile[self.slots[have]]
+        have = slots >= 0
+        grid[have] = per_tile[slots[have]]
         axes = tuple(range(2, 2 + len(lead)))                    # (th, tw, *lead, T, T) ->
         grid = grid.transpose(*axes, 0, len(lead) + 2, 1, len(lead) + 3)   # (*lead, th, T, tw, T)
-        return grid.reshape(*lead, th * TILE, tw * TILE)
+        plane = grid.reshape(*lead, th * TILE, tw * TILE)
+        ox, oy = (x0 >> TILE_SHIFT) * TILE, (y0 >> TILE_SHIFT) * TILE
+        return plane[..., y0 - oy:y1 - oy + 1, x0 - ox:x1 - ox + 1]
 
     def snapshot(self, floor: FloorFrame, resolution: float, log_odds_hit: float, log_odds_miss: float,
                  occupied_thresh: float, free_thresh: float, free_coverage: float, version: int,
@@ -180,12 +186,7 @@ class GridCounts:
         top_t = L.max(axis=1)
         occupied_t = top_t > logit(occupied_thresh)
         free_t = ~occupied_t & ((seen & (L < logit(free_thresh))).mean(axis=1) >= free_coverage)
-        top = self._tiled_to_plane(top_t, -np.inf)
-        known_all = self._tiled_to_plane(occupied_t | free_t, False)
-        ox, oy = int(self.tile_origin[0]) * TILE, int(self.tile_origin[1]) * TILE
-        bx0, by0 = self.box[0] - ox, self.box[1] - oy
-        bx1, by1 = self.box[2] - ox + 1, self.box[3] - oy + 1
-        top, known = top[by0:by1, bx0:bx1], known_all[by0:by1, bx0:bx1]
+        top, known = self._box_plane(top_t, -np.inf), self._box_plane(occupied_t | free_t, False)
         if not known.any():
             return GridSnapshot(np.full((1, 1), -1, np.int8), resolution, (0, 0), floor, version, keyframes)
         rows, cols = np.nonzero(known.any(axis=1))[0], np.nonzero(known.any(axis=0))[0]
