@@ -16,6 +16,9 @@ Usage (one pyramid level; ``slam.tracking.fused`` drives the levels)::
         lm_state.lm_phase(state, ACCEPT, s)
     host = state.cpu()                                    # the frame's one host wait
 
+The phases between two evaluations may be one call (``lm_phase(state, [ACCEPT, PROPOSE], s)``: one
+kernel launch on CUDA); ``slam.tracking.fused`` queues them that way.
+
 The model (csrc/lm_math.h; ``lm_phase_reference`` is the NumPy oracle)
 --------------------------------------------------------------------
 State (float64, offsets below): current pose T_cw (4x4 world-to-camera) and exposure (log gain,
@@ -80,6 +83,7 @@ G, COST, L1, N_VALID, N_COVERED, N_DEPTH_IN, N_COLOR_IN = (N_TRI, N_TRI + N_PARA
     range(N_TRI + N_PARAMS + 1, PACKED_SIZE))
 
 BEGIN, START, PROPOSE, ACCEPT = range(4)
+MAX_PHASES = 4                      # phases one lm_phase call takes (csrc/lm_math.h kLmMaxPhases)
 
 # The exposure's plausible range (the one statement in Python; csrc/lm_math.h kLmLogGainMax and
 # kLmBiasMax say the same for the kernels): a gain outside [1/8, 8] (three stops) or a bias beyond
@@ -110,19 +114,22 @@ def lm_settings(*, damping: float, damping_up: float, damping_down: float, min_d
             float(min_diagonal), float(converged_step), float(attempts), 1.0 if exposure else 0.0]
 
 
-def lm_phase(state: torch.Tensor, phase: int, settings: list, backend: str = "auto") -> None:
-    """One bookkeeping phase (BEGIN, START, PROPOSE, ACCEPT) on ``state`` (STATE_SIZE,) float64 in
-    place: a one-thread kernel on CUDA, no host wait; ``backend='reference'``: ``lm_phase_reference``
-    on a host copy (a host wait on CUDA)."""
+def lm_phase(state: torch.Tensor, phase, settings: list, backend: str = "auto") -> None:
+    """Bookkeeping phases (BEGIN, START, PROPOSE, ACCEPT) on ``state`` (STATE_SIZE,) float64 in
+    place: ``phase`` one phase or a sequence of 1 to MAX_PHASES applied in order (the phases
+    between two evaluations, e.g. ACCEPT then the next PROPOSE, in one call). On CUDA one
+    one-thread kernel, no host wait; ``backend='reference'``: ``lm_phase_reference`` on a host copy
+    (a host wait on CUDA)."""
+    phases = [int(phase)] if isinstance(phase, (int, np.integer)) else [int(p) for p in phase]
     kind = _ext.resolve_backend(backend, state, what="the state")
     if kind != "reference":
-        _ext.ops(kind).lm_phase(state, int(phase), settings)
-    elif state.is_cuda:
-        host = state.cpu().numpy()
-        lm_phase_reference(host, phase, settings)
+        _ext.ops(kind).lm_phase(state, phases, settings)
+        return
+    host = state.cpu().numpy() if state.is_cuda else state.numpy()
+    for p in phases:
+        lm_phase_reference(host, p, settings)
+    if state.is_cuda:
         state.copy_(torch.from_numpy(host))
-    else:
-        lm_phase_reference(state.numpy(), phase, settings)
 
 
 def gauss_newton_lm(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid,

@@ -46,6 +46,33 @@ def test_phase_matches_oracle(phase, exposure, seed):
     assert not np.array_equal(ref, s), "the phase changed nothing"
 
 
+@pytest.mark.parametrize("phases", [[L.ACCEPT, L.PROPOSE], [L.START, L.PROPOSE], [L.ACCEPT, L.BEGIN],
+                                    [L.ACCEPT, L.BEGIN, L.PROPOSE, L.ACCEPT]])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_phases_in_one_call_match_one_by_one(phases, seed):
+    """A call with several phases applies them in order (the tracker queues the phases between two
+    evaluations as one call): the same state as one call per phase through the oracle."""
+    s = lm_random_state(np.random.default_rng(10 + seed), True)
+    s[L.TRIAL + L.COST] = s[L.CUR + L.COST] + (0.5 if seed else -0.5)   # seed 0 accepts, 1 rejects
+    s[L.STEP_MAX] = 1e-3
+    trial = lm_pose()                                  # a rigid trial pose (the random state's is 0)
+    trial[:3, 3] += 0.05
+    s[L.TRIAL_T:L.TRIAL_T + 16] = trial.reshape(16)
+    ref = s.copy()
+    for phase in phases:
+        L.lm_phase_reference(ref, phase, settings())
+    for backend in ("cpu", "reference"):
+        got = torch.from_numpy(s.copy())
+        L.lm_phase(got, phases, settings(), backend=backend)
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("phases", [[], [L.ACCEPT] * (L.MAX_PHASES + 1), [L.ACCEPT, 7]])
+def test_phase_lists_out_of_range_are_refused(phases):
+    with pytest.raises(RuntimeError, match="LM phase"):
+        L.lm_phase(torch.from_numpy(lm_random_state(np.random.default_rng(0), True)), phases, settings())
+
+
 def test_done_state_is_left_alone():
     s = lm_random_state(np.random.default_rng(5), done=1.0)
     for phase in (L.START, L.PROPOSE, L.ACCEPT):

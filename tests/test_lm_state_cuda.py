@@ -46,6 +46,23 @@ def test_cuda_phase_matches_oracle(phase, exposure, seed):
     np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cuda_phases_in_one_launch(seed):
+    s = lm_random_state(np.random.default_rng(seed), True)
+    s[L.TRIAL + L.COST] = s[L.CUR + L.COST] + (0.5 if seed else -0.5)
+    s[L.STEP_MAX] = 1e-3
+    trial = lm_pose()                                  # a rigid trial pose (the random state's is 0)
+    trial[:3, 3] += 0.05
+    s[L.TRIAL_T:L.TRIAL_T + 16] = trial.reshape(16)
+    st = L.lm_settings(**LM_SETTINGS, exposure=True)
+    ref = s.copy()
+    for phase in (L.ACCEPT, L.BEGIN, L.PROPOSE):
+        L.lm_phase_reference(ref, phase, st)
+    got = torch.from_numpy(s.copy()).cuda()
+    L.lm_phase(got, [L.ACCEPT, L.BEGIN, L.PROPOSE], st)
+    np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=1e-10, atol=1e-12)
+
+
 def _eval_state(capacity, inputs, obs_weight=0.0):
     s = L.new_state(np.eye(4), "cpu")
     s[L.TRIAL_T:L.TRIAL_T + 16] = torch.from_numpy(lm_pose().reshape(16))

@@ -179,11 +179,12 @@ void gauss_newton_lm_cpu(const at::Tensor& means, const at::Tensor& radii, const
   std::copy(out.data_ptr<double>(), out.data_ptr<double>() + sr::kGnValues, lm + sr::kLmTrial);
 }
 
-// One LM bookkeeping phase (lm_math.h) on a CPU state.
-void lm_phase_cpu(at::Tensor state, int64_t phase, c10::ArrayRef<double> settings) {
+// LM bookkeeping phases (lm_math.h), in order, on a CPU state.
+void lm_phase_cpu(at::Tensor state, c10::ArrayRef<int64_t> phases, c10::ArrayRef<double> settings) {
   sr::check_lm_state(state, state, /*cuda=*/false);
-  const sr::LmSettings c = sr::check_lm_settings(phase, settings);
-  sr::lm_phase(state.data_ptr<double>(), (int)phase, c);
+  const sr::LmPhases p = sr::check_lm_phases(phases);
+  const sr::LmSettings c = sr::check_lm_settings(settings);
+  for (int i = 0; i < p.n; ++i) sr::lm_phase(state.data_ptr<double>(), p.phase[i], c);
 }
 
 // The ops' schemas (arguments as rasterizer/gauss_newton.py and rasterizer/lm_state.py pass them;
@@ -196,7 +197,7 @@ TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
         "Tensor background, Tensor obs_color, Tensor obs_depth, Tensor valid, float fx, float fy, "
         "float cx, float cy, int width, int height, float[] settings, Tensor(a!) state, int level, "
         "int capacity) -> ()");
-  m.def("lm_phase(Tensor(a!) state, int phase, float[] settings) -> ()");
+  m.def("lm_phase(Tensor(a!) state, int[] phases, float[] settings) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {

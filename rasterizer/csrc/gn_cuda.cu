@@ -3,11 +3,17 @@
 //   pose Jacobian per sphere (pose_jacobian_kernel, one thread per sphere, once per call; it also
 //   zeroes the (kGnValues,) float64 result and, in the LM's evaluation, moves the world-frame
 //   means to the camera) -> the render's tiling (sr_cuda::bin_spheres, bin_cuda.cu: one host wait
-//   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 16x16 block per
-//   tile, shared-memory batches of 256 spheres front to back as in the render, each pixel carrying
-//   its pose derivatives (sr::gn_blend) and ending with its share of H, g, cost and the statistics
-//   (sr::gn_pixel_values); per block the 50 values are summed in float (warp reduce-scatter, then
-//   8 warps through shared memory) and added into the result with one float64 atomic per value.
+//   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 8x8 block per
+//   tile (kGnTile), shared-memory batches of 64 spheres front to back as in the render, each pixel
+//   carrying its pose derivatives (sr::gn_blend) and ending with its share of H, g, cost and the
+//   statistics (sr::gn_pixel_values); per block the 50 values are summed in float (warp
+//   reduce-scatter, then 2 warps through shared memory) and added into the result with one float64
+//   atomic per value.
+// Why 8x8 tiles and not the render's 16x16: a pixel walks its tile's whole list (real maps rarely
+// take a pixel's transmittance to the cut-off), so the list's length is the kernel's latency and
+// most of its work; on a 7-Scenes map at 320x240 a 16x16 tile lists 161 spheres (the longest 295,
+// at 160x120 442 / 862) of which a pixel blends ~19, an 8x8 tile 72 (128, at 160x120 172 / 320).
+// The results do not depend on the tiling (the q > 9 cut-off), only the float sums' order.
 // No image-sized buffer: the only outputs are the 50 float64 values.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -27,13 +33,15 @@
 
 namespace {
 
-constexpr int kBlock = sr_cuda::kTileBlock;  // threads per tile block (one per pixel)
+constexpr int kGnTile = 8;                   // tile side of the pass (see the top of this file)
+constexpr int kBlock = kGnTile * kGnTile;    // threads per tile block (one per pixel)
 constexpr int kWarps = kBlock / 32;
+static_assert(kBlock % 32 == 0 && kBlock >= sr::kGnValues && kGnTile <= sr::kTile, "tile block");
 constexpr int kPad = 64;  // the kGnValues values padded to two warp reduce-scatters of 32
 static_assert(sr::kGnValues <= kPad && sr::kGnValues > 32, "two reduce-scatter rounds");
 static_assert(sizeof(sr::PoseJac) == 64, "PoseJac is loaded as four float4");
 // Resident blocks per SM the derivative variant is compiled for (<= 128 registers per thread).
-constexpr int kGnBlocksPerSM = 2;
+constexpr int kGnBlocksPerSM = 512 / kBlock;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
@@ -79,7 +87,7 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const sr_cuda::TilePixel<kGnTile> pix(cam, tile, tid);
   const bool inside = pix.inside(cam);
   const int2 range = ranges[tile];
   const float fpx = (float)pix.px, fpy = (float)pix.py;
@@ -130,7 +138,7 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
   }
 #pragma unroll
   for (int i = sr::kGnValues; i < kPad; ++i) v[i] = 0.f;
-  // Block sums: lane l of each warp gets value l (then 32 + l) of the warp, 8 warps add up in
+  // Block sums: lane l of each warp gets value l (then 32 + l) of the warp, the warps add up in
   // shared memory. Without derivatives values 0..31 (H) are 0: one round only.
   if (DERIV) {
     sr_cuda::WarpReduceScatter<32, 16>::run(v, lane);
@@ -189,8 +197,8 @@ void run_gauss_newton(const at::Tensor* world, const at::Tensor& means, const at
   SR_CHECK_CUDA();
 }
 
-__global__ void lm_phase_kernel(double* lm, int phase, sr::LmSettings c) {
-  sr::lm_phase(lm, phase, c);
+__global__ void lm_phase_kernel(double* lm, sr::LmPhases p, sr::LmSettings c) {
+  for (int i = 0; i < p.n; ++i) sr::lm_phase(lm, p.phase[i], c);
 }
 
 }  // namespace
@@ -207,7 +215,7 @@ at::Tensor gauss_newton_cuda(const at::Tensor& means, const at::Tensor& radii,
                                   obs_depth, valid, width, height, settings, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height, kGnTile);
   at::Tensor out = at::empty({sr::kGnValues}, means.options().dtype(at::kDouble));
   run_gauss_newton(nullptr, means, radii, colors, opacities, background, obs_color, obs_depth, valid,
                    cam, st, derivatives, nullptr, out.data_ptr<double>(), nullptr, stream);
@@ -232,7 +240,7 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
   sr::check_lm_evaluation(state, means, level, capacity, /*cuda=*/true);
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height, kGnTile);
   double* lm = state.data_ptr<double>();
   at::Tensor means_cam = at::empty_like(means);  // filled by the Jacobian kernel
   const sr_cuda::PairRoom room{capacity, lm + sr::kLmMaxPairs + level, lm + sr::kLmOverflow,
@@ -241,13 +249,14 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
                    valid, cam, st, /*derivatives=*/true, lm, lm + sr::kLmTrial, &room, stream);
 }
 
-// One LM bookkeeping phase (lm_math.h) on the device state: a one-thread kernel.
-void lm_phase_cuda(at::Tensor state, int64_t phase, c10::ArrayRef<double> settings) {
+// LM bookkeeping phases (lm_math.h), in order, on the device state: one one-thread kernel.
+void lm_phase_cuda(at::Tensor state, c10::ArrayRef<int64_t> phases, c10::ArrayRef<double> settings) {
   sr::check_lm_state(state, state, /*cuda=*/true);
-  const sr::LmSettings c = sr::check_lm_settings(phase, settings);
+  const sr::LmPhases p = sr::check_lm_phases(phases);
+  const sr::LmSettings c = sr::check_lm_settings(settings);
   const c10::cuda::CUDAGuard guard(state.device());
-  lm_phase_kernel<<<1, 1, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(
-      state.data_ptr<double>(), (int)phase, c);
+  lm_phase_kernel<<<1, 1, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(state.data_ptr<double>(),
+                                                                          p, c);
   SR_CHECK_CUDA();
 }
 

@@ -4,7 +4,8 @@
 // op (gn_cpu.cpp) and the one-thread CUDA kernel (gn_cuda.cu) like sphere_math.h.
 //
 // Per pyramid level: kLmBegin, one evaluation at the current pose (into the trial slot), kLmStart,
-// then per iteration kLmPropose, one evaluation at the trial pose, kLmAccept. An evaluation reads
+// then per iteration kLmPropose, one evaluation at the trial pose, kLmAccept (the phases between
+// two evaluations can be one call: LmPhases). An evaluation reads
 // the trial pose, the trial exposure and the pivot from the state, and writes the trial slot; once
 // the level is done (converged, stuck or nothing in view) the evaluations and phases do nothing.
 #pragma once
@@ -36,6 +37,13 @@ constexpr int kLmTrial = kLmCur + kGnValues;    // packed result of the last eva
 constexpr int kLmSize = kLmTrial + kGnValues;   // 152
 
 enum LmPhase { kLmBegin = 0, kLmStart = 1, kLmPropose = 2, kLmAccept = 3 };
+// Phases one call applies in order (one launch on CUDA: e.g. an iteration's accept and the next
+// iteration's proposal).
+constexpr int kLmMaxPhases = 4;
+struct LmPhases {
+  int n;
+  int phase[kLmMaxPhases];
+};
 
 // The exposure's plausible range, the trial exposure is clamped to it (rasterizer/lm_state.py
 // LOG_GAIN_MAX and BIAS_MAX, the Python statement): a gain outside [1/8, 8] or a bias beyond a

@@ -41,8 +41,8 @@ struct TileBox {
       : begin(ranges[2 * t]), end(ranges[2 * t + 1]) {
     x0 = sr::tile_x0(cam, t);
     y0 = sr::tile_y0(cam, t);
-    x1 = std::min(x0 + sr::kTile, cam.width);
-    y1 = std::min(y0 + sr::kTile, cam.height);
+    x1 = std::min(x0 + cam.tile, cam.width);
+    y1 = std::min(y0 + cam.tile, cam.height);
     tw = x1 - x0;
   }
   int pixels() const { return tw * (y1 - y0); }

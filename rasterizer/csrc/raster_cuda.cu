@@ -8,6 +8,10 @@
 //   pair count) -> per-tile front-to-back blending (one 16x16 block per tile, shared-memory
 //   batches of 256 spheres, early exit when every pixel of the tile is done); the expected
 //   depth is normalised in the kernel (sr::normalise_depth: sum w z / max(alpha, eps)).
+//   16x16 tiles, not the Gauss-Newton pass's 8x8 (gn_cuda.cu): with 8x8 the render's binning
+//   (4x the tiles, ~1.8x the pairs) cost more than the shorter lists saved (H200, the benchmark's
+//   forward at 1M spheres 640x480 0.63 -> 1.77 ms, 200k 0.39 -> 0.53; fwd+bwd of a 7-Scenes map
+//   at 320x240 no faster).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
 //   warp's furthest last sphere); the depth normalisation's backward per pixel at load
 //   (sr::load_pixel_grads); per (pixel, sphere) the splat-space gradients (sr::alpha_backward:
@@ -31,12 +35,14 @@
 
 namespace {
 
-constexpr int kBlock = sr_cuda::kTileBlock;  // threads per tile block (one per pixel)
+constexpr int kRenderTile = sr::kTile;               // tile side of the render (see the top)
+constexpr int kBlock = kRenderTile * kRenderTile;    // threads per tile block (one per pixel)
+static_assert(kBlock % 32 == 0 && kRenderTile <= sr::kTile, "tile block");
 using sr_cuda::kFull;
 using sr_cuda::WarpReduceScatter;
-// Resident tile blocks per SM the backward is compiled for (register budget 64K / (256 * 5) = 48
+// Resident tile blocks per SM the backward is compiled for (register budget 64K / (5 * 256) = 48
 // per thread); its per-pixel state would otherwise take it down to 4 blocks.
-constexpr int kBwdBlocksPerSM = 5;
+constexpr int kBwdBlocksPerSM = 1280 / kBlock;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
@@ -54,7 +60,7 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float s_z[kBlock];
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
-  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const sr_cuda::TilePixel<kRenderTile> pix(cam, tile, tid);
   const bool inside = pix.inside(cam);
   const int2 range = ranges[tile];
   const float fpx = (float)pix.px, fpy = (float)pix.py;
@@ -125,7 +131,7 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  const sr_cuda::TilePixel pix(cam, tile, tid);
+  const sr_cuda::TilePixel<kRenderTile> pix(cam, tile, tid);
   const bool inside = pix.inside(cam);
   const int px = pix.px, py = pix.py;
   const int2 range = ranges[tile];
@@ -273,7 +279,7 @@ std::vector<at::Tensor> forward_impl(const at::Tensor& means, const at::Tensor& 
   TORCH_CHECK(depth_eps > 0.0, "depth_eps must be > 0");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height, kRenderTile);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   auto opt = means.options();
   auto iopt = opt.dtype(at::kInt);
@@ -348,7 +354,7 @@ std::vector<at::Tensor> backward_cuda(
   check_input(depth, "depth");
   const c10::cuda::CUDAGuard guard(means.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
+  const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height, kRenderTile);
   const int n = (int)means.size(0);
   const int n_tiles = cam.tiles_x * cam.tiles_y;
   at::Tensor buf = at::empty({8 * (int64_t)n}, means.options());

@@ -30,18 +30,23 @@ constexpr float kAlphaMax = 0.99f;    // a_i = min(kAlphaMax, o_i * G)
 constexpr float kAlphaMin = 1.0f / 255.0f;  // skip a_i < kAlphaMin
 constexpr float kTMin = 1e-4f;        // stop before transmittance would drop to <= kTMin
 constexpr float kCutoffQ = 9.0f;      // skip pixels outside the 3-sigma ellipse (q > 9)
-constexpr int kTile = 16;             // tile side in pixels
+constexpr int kTile = 16;             // tile side in pixels (the renders; at most this anywhere)
 constexpr int kTilePixels = kTile * kTile;
 
+// The image and its tiling: `tile` x `tile` pixel tiles, row-major, tiles_x x tiles_y of them.
+// A pixel's result does not depend on the tiling (the q > 9 cut-off), only the work does: the
+// renders tile by kTile, the Gauss-Newton pass on CUDA by a smaller side (gn_cuda.cu).
 struct Camera {
   float fx, fy, cx, cy;
   int width, height;
+  int tile;
   int tiles_x, tiles_y;
 };
 
-// The kernels' camera from the Python arguments (intrinsics in px, image size in px). Host only.
+// The kernels' camera from the Python arguments (intrinsics in px, image size in px) with tiles of
+// `tile` px (<= kTile). Host only.
 inline Camera make_camera(double fx, double fy, double cx, double cy, int64_t width,
-                          int64_t height) {
+                          int64_t height, int tile = kTile) {
   Camera cam;
   cam.fx = (float)fx;
   cam.fy = (float)fy;
@@ -49,8 +54,9 @@ inline Camera make_camera(double fx, double fy, double cx, double cy, int64_t wi
   cam.cy = (float)cy;
   cam.width = (int)width;
   cam.height = (int)height;
-  cam.tiles_x = (int)((width + kTile - 1) / kTile);
-  cam.tiles_y = (int)((height + kTile - 1) / kTile);
+  cam.tile = tile;
+  cam.tiles_x = (int)((width + tile - 1) / tile);
+  cam.tiles_y = (int)((height + tile - 1) / tile);
   return cam;
 }
 
@@ -89,10 +95,9 @@ SR_HD bool project_sphere(float x, float y, float z, float r, const Camera& cam,
   return true;
 }
 
-// Top-left pixel (tile_x0, tile_y0) of tile `tile` (tiles of kTile x kTile pixels, row-major
-// over the image).
-SR_HD int tile_x0(const Camera& cam, int tile) { return (tile % cam.tiles_x) * kTile; }
-SR_HD int tile_y0(const Camera& cam, int tile) { return (tile / cam.tiles_x) * kTile; }
+// Top-left pixel (tile_x0, tile_y0) of tile `tile` (the camera's tiles, row-major over the image).
+SR_HD int tile_x0(const Camera& cam, int tile) { return (tile % cam.tiles_x) * cam.tile; }
+SR_HD int tile_y0(const Camera& cam, int tile) { return (tile / cam.tiles_x) * cam.tile; }
 
 // Tile rectangle [tx0, tx1) x [ty0, ty1) covering every pixel centre within 3 sigma of the
 // centre per axis (a box around the 3-sigma ellipse). Returns the tile count (0 = off-screen).
@@ -105,10 +110,10 @@ SR_HD int tile_rect(const Splat& s, const Camera& cam, int& tx0, int& tx1, int& 
   const int px0 = (int)ceilf(umin), px1 = (int)floorf(umax);
   const int py0 = (int)ceilf(vmin), py1 = (int)floorf(vmax);
   if (px0 > px1 || py0 > py1) return 0;  // no pixel centre inside the box
-  tx0 = px0 / kTile;
-  tx1 = px1 / kTile + 1;
-  ty0 = py0 / kTile;
-  ty1 = py1 / kTile + 1;
+  tx0 = px0 / cam.tile;
+  tx1 = px1 / cam.tile + 1;
+  ty0 = py0 / cam.tile;
+  ty1 = py1 / cam.tile + 1;
   return (tx1 - tx0) * (ty1 - ty0);
 }
 

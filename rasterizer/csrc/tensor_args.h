@@ -116,9 +116,20 @@ inline void check_lm_evaluation(const at::Tensor& state, const at::Tensor& means
               capacity);
 }
 
-// An LM phase (lm_math.h LmPhase) and its kLmSettings settings.
-inline LmSettings check_lm_settings(int64_t phase, c10::ArrayRef<double> settings) {
-  TORCH_CHECK(phase >= kLmBegin && phase <= kLmAccept, "unknown LM phase ", phase);
+// LM phases (lm_math.h LmPhase, 1 to kLmMaxPhases of them, applied in order).
+inline LmPhases check_lm_phases(c10::ArrayRef<int64_t> phases) {
+  TORCH_CHECK(!phases.empty() && (int)phases.size() <= kLmMaxPhases, "1 to ", kLmMaxPhases,
+              " LM phases per call, got ", phases.size());
+  LmPhases p{(int)phases.size(), {0, 0, 0, 0}};
+  for (int i = 0; i < p.n; ++i) {
+    TORCH_CHECK(phases[i] >= kLmBegin && phases[i] <= kLmAccept, "unknown LM phase ", phases[i]);
+    p.phase[i] = (int)phases[i];
+  }
+  return p;
+}
+
+// The LM phases' kLmSettings settings.
+inline LmSettings check_lm_settings(c10::ArrayRef<double> settings) {
   TORCH_CHECK((int)settings.size() == kLmSettings, "LM settings must have ", kLmSettings, " values");
   const LmSettings c = make_lm_settings(settings.data());
   TORCH_CHECK(c.attempts >= 1 && c.damping > 0.0 && c.damping_up > 1.0 && c.damping_down > 0.0,

@@ -1,6 +1,7 @@
 // The tile block of the CUDA kernels, shared by the render (raster_cuda.cu: forward and backward)
-// and the fused Gauss-Newton kernel (gn_cuda.cu): one 16x16 block per tile, one thread per pixel,
-// the tile's sphere list staged in shared memory in batches of one sphere per thread. Everything
+// and the fused Gauss-Newton kernel (gn_cuda.cu): one block per tile (16x16 in the render, 8x8 in
+// the Gauss-Newton pass), one thread per pixel, the tile's sphere list staged in shared memory in
+// batches of one sphere per thread. Everything
 // here is __forceinline__, and the kernels compile to the same machine code as with these lines
 // written out in each of them (checked on sm_90 and sm_87).
 #pragma once
@@ -11,14 +12,13 @@
 
 namespace sr_cuda {
 
-constexpr int kTileBlock = sr::kTilePixels;  // threads per tile block (one per pixel)
-
-// The pixel (px, py) of thread `tid` in the block of tile `tile`.
+// The pixel (px, py) of thread `tid` in the block of tile `tile` (tiles of TILE x TILE pixels:
+// the camera's cam.tile).
+template <int TILE>
 struct TilePixel {
   int px, py;
   __device__ __forceinline__ TilePixel(const sr::Camera& cam, int tile, int tid)
-      : px(sr::tile_x0(cam, tile) + tid % sr::kTile),
-        py(sr::tile_y0(cam, tile) + tid / sr::kTile) {}
+      : px((tile % cam.tiles_x) * TILE + tid % TILE), py((tile / cam.tiles_x) * TILE + tid / TILE) {}
   // Whether the pixel lies in the image (`&`, not `&&`: both sides are plain compares, and this
   // form compiles to the predicate the kernels had before the helper existed).
   __device__ __forceinline__ bool inside(const sr::Camera& cam) const {

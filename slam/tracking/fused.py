@@ -150,20 +150,26 @@ class FusedSolver:
         ``stop_when_done`` (CPU, or the reference backend: the phases run on the host) a finished
         level's loop ends early."""
         s, b = self.settings, self.lm_backend
+        pending: list = []        # phases queued for the next call: those between two evaluations are one
         for level, ((obs, valid), n_iter) in enumerate(zip(pyramid, schedule)):
             evaluate = partial(L.gauss_newton_lm, scene.means, scene.radii, scene.colors, scene.opacities,
                                obs.K, obs.width, obs.height, obs.color, obs.depth, valid, state, level=level,
                                capacity=self.room_for(level, scene.means.shape[0]), obs_weight=self.cfg.obs_gradient,
                                backend=b, **self.robust)
-            L.lm_phase(state, L.BEGIN, s, backend=b)
+            L.lm_phase(state, [*pending, L.BEGIN], s, backend=b)
             evaluate()
-            L.lm_phase(state, L.START, s, backend=b)
+            pending = [L.START]
             for _ in range(n_iter):
-                if stop_when_done and state[L.DONE] != 0.0:
-                    break
-                L.lm_phase(state, L.PROPOSE, s, backend=b)
+                if stop_when_done:
+                    L.lm_phase(state, pending, s, backend=b)
+                    pending = []
+                    if state[L.DONE] != 0.0:
+                        break
+                L.lm_phase(state, [*pending, L.PROPOSE], s, backend=b)
                 evaluate()
-                L.lm_phase(state, L.ACCEPT, s, backend=b)
+                pending = [L.ACCEPT]
+        if pending:
+            L.lm_phase(state, pending, s, backend=b)
 
     def _run_eager(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule, stop_when_done: bool) -> np.ndarray:
         state = L.new_state(T_cw, snapshot.device)
