@@ -56,10 +56,11 @@ of H (36, row-major: (0,0) (0,1) .. (0,7) (1,1) ..), g (8), cost, l1, n_valid, n
 n_depth_in, n_color_in. No image-sized buffer is allocated besides the render's tiling.
 
 Kernels: CUDA (csrc/gn_cuda.cu: the render's projection, sorting and binning on 8x8 tiles (the
-render's are 16x16: shorter lists, see there), one block per tile; per-block float sums added into the float64 result with atomics), CPU
-(csrc/gn_cpu.cpp, OpenMP over tiles, double per tile), sharing the per-sphere and per-pixel math
-(csrc/gn_math.h); ``reference`` (rasterizer/gn_reference.py): torch.func.jacfwd through the
-PyTorch reference render, normal equations in float64 (the oracle of the tests).
+render's are 16x16: shorter lists, see there), one block per tile; per-block float sums added into
+the float64 result with atomics), CPU (csrc/gn_cpu.cpp, OpenMP over tiles, double per tile),
+sharing the per-sphere and per-pixel math (csrc/gn_math.h); ``reference``
+(rasterizer/gn_reference.py): torch.func.jacfwd through the PyTorch reference render, normal
+equations in float64 (the oracle of the tests).
 """
 from __future__ import annotations
 
