@@ -121,6 +121,9 @@ def lm_phase(state: torch.Tensor, phase, settings: list, backend: str = "auto") 
     one-thread kernel, no host wait; ``backend='reference'``: ``lm_phase_reference`` on a host copy
     (a host wait on CUDA)."""
     phases = [int(phase)] if isinstance(phase, (int, np.integer)) else [int(p) for p in phase]
+    if not 1 <= len(phases) <= MAX_PHASES or not all(BEGIN <= p <= ACCEPT for p in phases):
+        raise ValueError(f"lm_phase takes 1 to {MAX_PHASES} LM phases (BEGIN, START, PROPOSE, ACCEPT), "
+                         f"got {phases}")
     kind = _ext.resolve_backend(backend, state, what="the state")
     if kind != "reference":
         _ext.ops(kind).lm_phase(state, phases, settings)

@@ -67,10 +67,12 @@ def test_phases_in_one_call_match_one_by_one(phases, seed):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("phases", [[], [L.ACCEPT] * (L.MAX_PHASES + 1), [L.ACCEPT, 7]])
+@pytest.mark.parametrize("phases", [[], [L.ACCEPT] * (L.MAX_PHASES + 1), [L.ACCEPT, 7], -1])
 def test_phase_lists_out_of_range_are_refused(phases):
-    with pytest.raises(RuntimeError, match="LM phase"):
-        L.lm_phase(torch.from_numpy(lm_random_state(np.random.default_rng(0), True)), phases, settings())
+    state = torch.from_numpy(lm_random_state(np.random.default_rng(0), True))
+    with pytest.raises(ValueError, match="LM phases"):
+        L.lm_phase(state, phases, settings())
+
 
 
 def test_done_state_is_left_alone():
