@@ -74,7 +74,6 @@ def test_phase_lists_out_of_range_are_refused(phases):
         L.lm_phase(state, phases, settings())
 
 
-
 def test_done_state_is_left_alone():
     s = lm_random_state(np.random.default_rng(5), done=1.0)
     for phase in (L.START, L.PROPOSE, L.ACCEPT):
