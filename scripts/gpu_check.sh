@@ -28,7 +28,7 @@ sm87_pid=
   start=$(date +%s)
   $PY -c "from rasterizer import _build; _build.load_jit('cuda')" \
     && echo "sm_87 build OK in $(( $(date +%s) - start )) s" \
-    && cuobjdump --list-elf /tmp/sphere_raster_cache_sm87/*/_sphere_raster_cuda/*.so | grep -c sm_87 \
+    && cuobjdump --list-elf $(find /tmp/sphere_raster_cache_sm87 -name "*.so" -path "*_sphere_raster_cuda*") | grep -c sm_87 \
        | sed 's/^/sm_87 ELF images: /'
 ) > "$LOG/build_sm87.txt" 2>&1 &
 [ "${SKIP_SM87:-0}" = 1 ] || sm87_pid=$!
