@@ -197,20 +197,8 @@ void run_gauss_newton(const at::Tensor* world, const at::Tensor& means, const at
   SR_CHECK_CUDA();
 }
 
-// The phases run by one thread on a shared-memory copy of the state that the block loads and
-// stores in parallel: the phases' scattered reads and writes of the state then cost shared-memory
-// latency instead of a chain of global-memory round trips (H200: 8.9 us a call on the global state).
-constexpr int kLmBlock = 160;
-static_assert(kLmBlock >= sr::kLmSize, "one state value per thread");
-__global__ void __launch_bounds__(kLmBlock) lm_phase_kernel(double* lm, sr::LmPhases p, sr::LmSettings c) {
-  __shared__ double s[sr::kLmSize];
-  const int t = threadIdx.x;
-  if (t < sr::kLmSize) s[t] = lm[t];
-  __syncthreads();
-  if (t == 0)
-    for (int i = 0; i < p.n; ++i) sr::lm_phase(s, p.phase[i], c);
-  __syncthreads();
-  if (t < sr::kLmSize) lm[t] = s[t];
+__global__ void lm_phase_kernel(double* lm, sr::LmPhases p, sr::LmSettings c) {
+  for (int i = 0; i < p.n; ++i) sr::lm_phase(lm, p.phase[i], c);
 }
 
 }  // namespace
@@ -261,14 +249,14 @@ void gauss_newton_lm_cuda(const at::Tensor& means, const at::Tensor& radii,
                    valid, cam, st, /*derivatives=*/true, lm, lm + sr::kLmTrial, &room, stream);
 }
 
-// LM bookkeeping phases (lm_math.h), in order, on the device state: one launch.
+// LM bookkeeping phases (lm_math.h), in order, on the device state: one one-thread kernel.
 void lm_phase_cuda(at::Tensor state, c10::ArrayRef<int64_t> phases, c10::ArrayRef<double> settings) {
   sr::check_lm_state(state, state, /*cuda=*/true);
   const sr::LmPhases p = sr::check_lm_phases(phases);
   const sr::LmSettings c = sr::check_lm_settings(settings);
   const c10::cuda::CUDAGuard guard(state.device());
-  lm_phase_kernel<<<1, kLmBlock, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(
-      state.data_ptr<double>(), p, c);
+  lm_phase_kernel<<<1, 1, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(state.data_ptr<double>(),
+                                                                          p, c);
   SR_CHECK_CUDA();
 }
 
