@@ -259,3 +259,42 @@ def test_thread_cost_runs_the_settings_and_tables_them(tmp_path, capsys):
     assert rows["default"][7].strip() == "-"                       # no GPU memory on the CPU
     assert (tmp_path / "default_1" / "metrics.json").is_file()
     assert (tmp_path / "table.md").read_text().startswith("1 of 1 rounds")
+
+
+def test_tile_lists_walk_renders_the_reference_alpha_at_any_tile_side():
+    """The tool's lists and walks are the render's: every pixel's alpha from walking its tile's
+    list equals the PyTorch reference render's, for 8x8 and 16x16 tiles (the result does not
+    depend on the tiling), and a smaller tile lists fewer spheres a pixel."""
+    import rasterizer
+    from slam.tools import tile_lists as TL
+
+    g = torch.Generator().manual_seed(3)
+    n, w, h = 400, 40, 24
+    z = torch.rand(n, generator=g) * 3 + 1
+    u, v = torch.rand(n, generator=g) * (w + 8) - 4, torch.rand(n, generator=g) * (h + 8) - 4
+    K = np.array([[30.0, 0, (w - 1) / 2], [0, 30.0, (h - 1) / 2], [0, 0, 1]])
+    means = torch.stack([(u - K[0, 2]) * z / 30, (v - K[1, 2]) * z / 30, z], 1)
+    radii = (torch.rand(n, generator=g) * 2 + 0.3) * z / 30
+    opac = torch.rand(n, generator=g) * 0.9 + 0.05
+    ref = rasterizer.rasterize_spheres(means, radii, torch.rand(n, 3, generator=g), opac,
+                                       torch.tensor(K, dtype=torch.float32), w, h, backend="reference")
+    s = TL.project(means.numpy(), radii.numpy(), opac.numpy(), K, w, h)
+    per_pixel = {}
+    for tile in (8, 16):
+        alpha = np.zeros((h, w))
+        tiles_x = -(-w // tile)
+        for t, ids in enumerate(TL.tile_lists(s, w, h, tile)):
+            x0, y0 = (t % tiles_x) * tile, (t // tiles_x) * tile
+            x1, y1 = min(x0 + tile, w), min(y0 + tile, h)
+            alpha[y0:y1, x0:x1] = TL.walk_tile(s, ids, x0, y0, x1, y1)[2].reshape(y1 - y0, x1 - x0)
+        np.testing.assert_allclose(alpha, ref.alpha.numpy(), atol=2e-5)
+        per_pixel[tile] = TL.list_figures(s, w, h, tile)["walk_per_pixel"]
+    assert 0 < per_pixel[8] < per_pixel[16]
+
+
+def test_tile_lists_prints_its_table_on_the_sample(capsys):
+    from slam.tools import tile_lists
+
+    assert tile_lists.main(["--set", "system.device=cpu", "--map-frames", "8", "--tiles", "8,16"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "x" in line.split("|")[1]]
+    assert len(rows) == 4       # two pyramid levels x two tile sides

@@ -12,7 +12,8 @@
 // Why 8x8 tiles and not the render's 16x16: a pixel walks its tile's whole list (real maps rarely
 // take a pixel's transmittance to the cut-off), so the list's length is the kernel's latency and
 // most of its work; on a 7-Scenes map at 320x240 a 16x16 tile lists 161 spheres (the longest 295,
-// at 160x120 442 / 862) of which a pixel blends ~19, an 8x8 tile 72 (128, at 160x120 172 / 320).
+// at 160x120 442 / 862) of which a pixel blends ~19, an 8x8 tile 72 (128, at 160x120 172 / 320)
+// (python -m slam.tools.tile_lists --config 7scenes.yaml --set data.path=... --map-frames 60).
 // The results do not depend on the tiling (the q > 9 cut-off), only the float sums' order.
 // No image-sized buffer: the only outputs are the 50 float64 values.
 #include <ATen/ATen.h>
