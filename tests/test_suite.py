@@ -253,6 +253,7 @@ def test_end_to_end_sample_twice_gives_one_row_with_a_finite_ate(tmp_path):
     assert "real sequences: 0 in" in res.stderr
     md = (out / "suite.md").read_text()
     assert md in res.stdout + "\n" and md.splitlines()[0].startswith("`slam_suite --local")
+    assert "| speed: Python loop " in md.splitlines()[0] and "machine speed: " in res.stderr
     rows_md = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| sequence")]
     assert len(rows_md) == 1 and rows_md[0].startswith("| sample | 2 |")
     rows = list(csv.DictReader(open(out / "suite.csv")))
@@ -261,3 +262,12 @@ def test_end_to_end_sample_twice_gives_one_row_with_a_finite_ate(tmp_path):
     assert len(list((out / "runs").iterdir())) == 2
     again = _suite(cmd, env, timeout=120)
     assert again.returncode == 0 and "2 finished already" in again.stderr  # the runs are the cache
+
+
+def test_speed_probe_measures_both_workloads_on_this_machine():
+    from slam.batch import speed_probe
+
+    speed = speed_probe.probe()
+    assert speed["device"] in ("cpu", "cuda") and speed["python_ms"] > 0 and speed["render_ms"] > 0
+    text = speed_probe.describe(speed)
+    assert f"{speed['python_ms']:.0f} ms" in text and "20,000 spheres at 320x240" in text

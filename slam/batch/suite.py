@@ -12,6 +12,7 @@ nothing to run, 130 interrupted. Running the same command again runs only the ru
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -26,6 +27,7 @@ from slam.batch.execute import job_command
 from slam.batch.jobs import BatchSpec, BatchSpecError, expand, parse_grid_option
 from slam.batch.run import run_batch
 from slam.batch.runner import RayMissing, RunOptions, import_ray
+from slam.batch.speed_probe import describe
 from slam.batch.storage import RunStorage
 from slam.batch.suite_table import header_line, summarise, write_suite
 
@@ -196,6 +198,17 @@ def build_kernels(cwd: Optional[str] = None) -> Optional[str]:
     return None if proc.returncode == 0 else (lines[-1] if lines else f"exit code {proc.returncode}")
 
 
+def measure_speed(cwd: Optional[str] = None) -> Optional[dict]:
+    """``slam.batch.speed_probe`` in a subprocess started from ``cwd`` (after the kernels are built):
+    its figures, or None when it failed (the table's header then goes without them)."""
+    proc = subprocess.run([sys.executable, "-m", "slam.batch.speed_probe"], cwd=cwd or os.getcwd(),
+                          capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return None
+    return json.loads(lines[-1])
+
+
 def select(jobs: list, only: Optional[str]) -> list:
     """The jobs whose label (without its repeat) contains one of ``only``'s comma-separated names."""
     if not only:
@@ -324,13 +337,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
     opts = RunOptions(local=args.local, address=args.address, cpus_per_job=args.cpus_per_job,
                       gpus_per_job=args.gpus_per_job, max_retries=args.max_retries, progress=not args.quiet)
+    speed = None
     try:
         if len(finished) < len(jobs):
             t0 = time.monotonic()
             error = build_kernels()
             _say(f"rasterizer kernels ready ({time.monotonic() - t0:.0f} s)" if error is None
                  else f"warning: building the rasterizer kernels failed ({error}); the runs will try again")
-        header = header_line("slam_suite " + shlex.join(argv))
+            speed = measure_speed() if error is None else None
+            if speed is not None:
+                _say(f"machine speed: {describe(speed)}")
+        header = header_line("slam_suite " + shlex.join(argv), speed=speed)
         result = run_batch(jobs, args.out, opts, plots=not args.no_plots)
     except KeyboardInterrupt:
         _say("interrupted; finished runs are kept: run the same command again to resume")

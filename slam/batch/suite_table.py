@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from slam.batch.speed_probe import describe
 from slam.batch.storage import RunStorage
 
 OK = ("done", "cached")
@@ -235,8 +236,10 @@ def code_version(cwd: Optional[str] = None) -> str:
     return f"git {commit}{dirty} ({root})"
 
 
-def header_line(command: str, cwd: Optional[str] = None) -> str:
-    """One line: the command, the machine (host, CPU, GPU), the date and the code's git commit."""
+def header_line(command: str, cwd: Optional[str] = None, speed: Optional[dict] = None) -> str:
+    """One line: the command, the machine (host, CPU, GPU), the date and the code's git commit;
+    with ``speed`` (``slam.batch.speed_probe.probe``'s figures) the machine's speed too."""
     date = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     machine = f"{socket.gethostname()}, CPU {_cpu_name()} ({os.cpu_count()} threads), GPU {_gpu_name()}"
-    return f"`{command}` | machine: {machine} | {date} | code: {code_version(cwd)}"
+    line = f"`{command}` | machine: {machine} | {date} | code: {code_version(cwd)}"
+    return line if speed is None else f"{line} | speed: {describe(speed)}"
