@@ -34,22 +34,24 @@ def python_ms() -> float:
 
 
 def render_ms(device: str) -> float:
-    """ms of one render + backward of the fixed scene on ``device`` ('cuda' or 'cpu'), median of 10."""
-    import torch
-
-    from rasterizer.bench.render import make_scene, run_once
+    """ms of one render + backward of the fixed scene on ``device`` ('cuda' or 'cpu'), median of 10
+    after 3 warm-ups (on CUDA the render benchmark's own timing, CUDA events)."""
+    from rasterizer.bench.render import make_scene, run_once, time_gpu
 
     n, w, h = SCENE
     params, K = make_scene(n, w, h, device)
     for p in params:
         p.requires_grad_(True)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def once():
+        run_once(params, K, w, h, "auto", True)
+
+    if device == "cuda":
+        return time_gpu(once, 3, 10)
     times = []
     for k in range(13):
-        sync()
         t0 = time.perf_counter()
-        run_once(params, K, w, h, "auto", True)
-        sync()
+        once()
         if k >= 3:
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)

@@ -21,13 +21,15 @@ from rasterizer import _model as M
 @dataclass
 class Splats:
     """Projected spheres, front to back: centres ``u, v`` (px), per-axis variances ``sx2, sy2``
-    (px^2), opacities; (n,) float64 each, the culled ones left out."""
+    (px^2), opacities (n,) float64; ``box``: (4, n) int64 the first and last pixel column and row
+    whose centres lie in the 3-sigma box (px0, px1, py0, py1); the culled ones left out."""
 
     u: np.ndarray
     v: np.ndarray
     sx2: np.ndarray
     sy2: np.ndarray
     opacity: np.ndarray
+    box: np.ndarray
 
 
 def project(means_cam: np.ndarray, radii: np.ndarray, opacities: np.ndarray, K: np.ndarray,
@@ -45,20 +47,17 @@ def project(means_cam: np.ndarray, radii: np.ndarray, opacities: np.ndarray, K: 
     sx2 = (K[0, 0] * r / z) ** 2 + M.LOW_PASS
     sy2 = (K[1, 1] * r / z) ** 2 + M.LOW_PASS
     rx, ry = 3.0 * np.sqrt(sx2), 3.0 * np.sqrt(sy2)
-    seen = (np.ceil(np.maximum(u - rx, 0)) <= np.floor(np.minimum(u + rx, width - 1))) & \
-           (np.ceil(np.maximum(v - ry, 0)) <= np.floor(np.minimum(v + ry, height - 1)))
-    return Splats(u[seen], v[seen], sx2[seen], sy2[seen], o[seen])
+    box = np.stack([np.ceil(np.maximum(u - rx, 0)), np.floor(np.minimum(u + rx, width - 1)),
+                    np.ceil(np.maximum(v - ry, 0)), np.floor(np.minimum(v + ry, height - 1))]).astype(np.int64)
+    seen = (box[0] <= box[1]) & (box[2] <= box[3])
+    return Splats(u[seen], v[seen], sx2[seen], sy2[seen], o[seen], box[:, seen])
 
 
 def tile_lists(s: Splats, width: int, height: int, tile: int) -> list:
     """Per tile (row-major, ``tile`` x ``tile`` px) the indices into ``s`` of its spheres, front to
     back: each splat in the tiles of the pixel centres of its 3-sigma box."""
     tiles_x, tiles_y = -(-width // tile), -(-height // tile)
-    rx, ry = 3.0 * np.sqrt(s.sx2), 3.0 * np.sqrt(s.sy2)
-    px0 = np.ceil(np.maximum(s.u - rx, 0)).astype(int) // tile
-    px1 = np.floor(np.minimum(s.u + rx, width - 1)).astype(int) // tile
-    py0 = np.ceil(np.maximum(s.v - ry, 0)).astype(int) // tile
-    py1 = np.floor(np.minimum(s.v + ry, height - 1)).astype(int) // tile
+    px0, px1, py0, py1 = s.box // tile
     lists: list = [[] for _ in range(tiles_x * tiles_y)]
     for i in range(len(s.u)):       # in depth order: each list comes out front to back
         for ty in range(py0[i], py1[i] + 1):
