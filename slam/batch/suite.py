@@ -48,13 +48,17 @@ LAYOUTS = {
         "variants": {"stride8": ("data.stride=8",), "stride16": ("data.stride=16",)},
     },
 }
-# Generated sequences: the bundled sample, and the loop sample (a full turn around the sample's room
-# and past its start: loop closure's test), written by slam.data.synthetic.loop's
+# Generated sequences: the bundled sample; the loop sample (a full turn around the sample's room
+# and past its start: a real loop, loop closure's test); the spin sample (a turn and a half in
+# place, 84 deg/s on average and up to 130, roll and pitch swinging, like TUM fr1/rpy: fast
+# rotation, and revisits with almost no travel). Written by slam.data.synthetic.loop's
 # generate_loop(**generate) into <data cache>/generated/<name> when absent.
 GENERATED = {
     "sample": {"config": "default.yaml", "path": "sample"},
     "loop-120x90": {"config": "default.yaml",
                     "generate": {"frames": 140, "total": 120, "width": 120, "height": 90}},
+    "spin-120x90": {"config": "default.yaml",
+                    "generate": {"frames": 180, "total": 150, "width": 120, "height": 90, "trajectory": "spin"}},
 }
 DATA_ENV = "SPHERE_SLAM_SUITE_DATA"
 DEFAULT_DATA = Path("..") / "shared" / "data"      # relative to the current directory

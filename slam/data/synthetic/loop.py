@@ -1,11 +1,18 @@
 """Generate a looping RGB-D test sequence (TUM RGB-D layout) in the sample's synthetic room:
-the camera circles the room looking outwards (a full turn in ``--total`` frames) and goes on past
-the start by ``--frames - --total`` frames, so the end revisits the beginning. The colour
-exposure drifts over the loop (a smooth gain change: the mapper's colour loss has no exposure
-model, so the map's colours and the tracker's poses drift with it), which is what loop closure
-must correct.
+the camera makes a full turn in ``--total`` frames and goes on past the start by ``--frames -
+--total`` frames, so the end revisits the beginning. The colour exposure drifts over the turn (a
+smooth gain change: the mapper's colour loss has no exposure model, so the map's colours and the
+tracker's poses drift with it). Two trajectories (``--trajectory``):
+
+- ``circle``: the camera circles the room's centre (0.35 m radius) looking outwards: a real loop,
+  0.7 m across, that loop closure must close and correct.
+- ``spin``: the camera turns in place (a hand-held wobble of about a centimetre), yawing at a
+  steady rate with roll and pitch swinging, like TUM fr1/rpy (at 150 frames a turn: 2.8 deg a
+  frame on average, at most 4.4): fast rotation, and revisits of every view with almost no travel
+  between them.
 
     python -m slam.data.synthetic.loop --out /tmp/loop --frames 140 --total 120 --width 80 --height 60
+    python -m slam.data.synthetic.loop --out /tmp/spin --trajectory spin --frames 180 --total 150
 
 Same scene, renderer, depth encoding (slam.data.synthetic.room) and text formats
 (slam.data.synthetic.sample) as the bundled sample; deterministic. open3d is imported lazily
@@ -36,13 +43,38 @@ def loop_pose(k: int, total: int) -> np.ndarray:
     z = CENTRE[2] + 0.03 * math.sin(3 * s + 0.4)
     yaw = s + 0.08 * math.sin(4 * s)            # 0 = looking along +y, turning towards +x
     pitch = PITCH + 0.05 * math.sin(2 * s + 1.0)
+    return _camera(yaw, pitch, 0.0, (x, y, z))
+
+
+def spin_pose(k: int, total: int) -> np.ndarray:
+    """T_wc (4, 4) of frame k turning in place at the loop's centre: yaw one full turn per
+    ``total`` frames, roll (+-9 deg) and pitch (+-6 deg about PITCH) swinging at their own rates,
+    the position wobbling by ~1 cm (periodic in ``total`` like ``loop_pose``)."""
+    s = 2.0 * math.pi * k / total
+    x = CENTRE[0] + 0.010 * math.sin(2 * s + 0.3)
+    y = CENTRE[1] + 0.008 * math.cos(3 * s)
+    z = CENTRE[2] + 0.006 * math.sin(5 * s + 1.1)
+    yaw = s + 0.12 * math.sin(3 * s)
+    pitch = PITCH + 0.10 * math.sin(4 * s + 0.5)
+    roll = 0.16 * math.sin(5 * s + 0.2)
+    return _camera(yaw, pitch, roll, (x, y, z))
+
+
+def _camera(yaw: float, pitch: float, roll: float, position) -> np.ndarray:
+    """T_wc (4, 4) with OpenCV camera axes: looking along yaw (0 = +y, turning towards +x) tilted
+    down by pitch, rolled by ``roll`` about the viewing direction (rad; world z up)."""
     fwd = np.array([math.sin(yaw) * math.cos(pitch), math.cos(yaw) * math.cos(pitch), -math.sin(pitch)])
     right = np.cross(fwd, [0.0, 0.0, 1.0])
     right /= np.linalg.norm(right)
     down = np.cross(fwd, right)
+    c, s = math.cos(roll), math.sin(roll)
+    right, down = c * right + s * down, -s * right + c * down
     T = np.eye(4)
-    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = right, down, fwd, (x, y, z)
+    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = right, down, fwd, position
     return T
+
+
+TRAJECTORIES = {"circle": loop_pose, "spin": spin_pose}
 
 
 def exposure_gain(k: int, total: int, amplitude: float) -> float:
@@ -52,9 +84,14 @@ def exposure_gain(k: int, total: int, amplitude: float) -> float:
 
 
 def generate_loop(out, frames: int = 140, total: int = 120, width: int = 80, height: int = 60,
-                  exposure: float = 0.35, supersample: int = 1) -> dict:
-    """Write the sequence under ``out``; returns {'frames', 'overlap_frames', 'turn_deg'}."""
+                  exposure: float = 0.35, supersample: int = 1, trajectory: str = "circle") -> dict:
+    """Write the sequence under ``out``; ``trajectory``: a ``TRAJECTORIES`` key. Returns {'frames',
+    'overlap_frames', 'turn_deg'}."""
     import cv2
+
+    if trajectory not in TRAJECTORIES:
+        raise ValueError(f"unknown trajectory {trajectory!r}: one of {', '.join(TRAJECTORIES)}")
+    pose = TRAJECTORIES[trajectory]
 
     out = Path(out)
     for sub in ("rgb", "depth"):
@@ -63,7 +100,7 @@ def generate_loop(out, frames: int = 140, total: int = 120, width: int = 80, hei
     K = room.intrinsics(width, height)
     rgb_lines, depth_lines, gt_lines = ["# timestamp filename"], ["# timestamp filename"], ["# timestamp tx ty tz qx qy qz qw"]
     for k in range(frames):
-        T = loop_pose(k, total)
+        T = pose(k, total)
         rgb, z = ren.render(T)
         rgb = np.clip(np.round(rgb.astype(np.float64) * exposure_gain(k, total, exposure)), 0, 255).astype(np.uint8)
         ts = stamp(k)
@@ -91,8 +128,10 @@ def main(argv=None):
     ap.add_argument("--height", type=int, default=60)
     ap.add_argument("--exposure", type=float, default=0.35, help="largest colour gain change")
     ap.add_argument("--supersample", type=int, default=1)
+    ap.add_argument("--trajectory", choices=sorted(TRAJECTORIES), default="circle")
     args = ap.parse_args(argv)
-    print(generate_loop(args.out, args.frames, args.total, args.width, args.height, args.exposure, args.supersample))
+    print(generate_loop(args.out, args.frames, args.total, args.width, args.height, args.exposure, args.supersample,
+                        args.trajectory))
 
 
 if __name__ == "__main__":
