@@ -27,13 +27,21 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("jobs", nargs="?", default=None, help="YAML jobs file: config, set, grid, jobs (docs/BATCH.md)")
     p.add_argument("--config", default=None, help="config of every job (default: the jobs file's, else default.yaml)")
+    add_run_options(p, "job", "runs/batch", "batch.md")
+    return p
+
+
+def add_run_options(p: argparse.ArgumentParser, unit: str, out: str, table: str, set_note: str = "") -> None:
+    """The options ``slam_batch`` and ``slam_suite`` share (overrides, grids, output, where and how
+    the runs go); ``unit``: what one run is called in the help ("job", "run"), ``out``: the default
+    output root, ``table``: the table's file name under it, ``set_note``: added to --set's help."""
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every job (repeatable)")
+                   help=f"override for every {unit} (repeatable{set_note})")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="run every value of KEY (repeatable: the product of all grids; values are YAML)")
-    p.add_argument("--out", default="runs/batch",
-                   help="output root: a path or an fsspec URL (run folders in OUT/runs, table in OUT/batch.md)")
-    p.add_argument("--local", action="store_true", help="no Ray: run the jobs one after another in this process")
+                   help=f"every {unit} with every value of KEY (repeatable: the product of all grids; values are YAML)")
+    p.add_argument("--out", default=out,
+                   help=f"output root: a path or an fsspec URL (run folders in OUT/runs, table in OUT/{table})")
+    p.add_argument("--local", action="store_true", help=f"no Ray: run the {unit}s one after another in this process")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster (e.g. auto, or HOST:6379); default: start a local one")
     p.add_argument("--cpus-per-job", type=float, default=2.0, help="CPUs each Ray task reserves (default 2)")
@@ -41,9 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPUs each Ray task reserves (default: 1 when the cluster has GPUs, else 0; 0.5 = two share one)")
     p.add_argument("--max-retries", type=int, default=2, help="retries of a job whose worker was lost (default 2)")
     p.add_argument("--no-plots", action="store_true", help="no per-metric plots")
-    p.add_argument("--dry-run", action="store_true", help="list the jobs, their folders and commands; run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress bar (finished jobs are still listed)")
-    return p
+    p.add_argument("--dry-run", action="store_true", help=f"list the {unit}s, their folders and commands; run nothing")
+    p.add_argument("--quiet", action="store_true", help=f"no progress bar (finished {unit}s are still listed)")
 
 
 def _spec(args):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from slam.batch.cli import add_run_options
 from slam.batch.execute import job_command
 from slam.batch.jobs import BatchSpec, BatchSpecError, expand, parse_grid_option
 from slam.batch.run import run_batch
@@ -231,22 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the sequences whose label contains one of these names")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help=f"runs of every sequence (default {DEFAULT_REPEATS}); the table shows their median")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every run (repeatable; a sequence's own data.path / variant keys win)")
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="run every sequence with every value of KEY (repeatable: the product; values are YAML)")
-    p.add_argument("--out", default="runs/suite",
-                   help="output root: a path or an fsspec URL (run folders in OUT/runs, table in OUT/suite.md)")
-    p.add_argument("--local", action="store_true", help="no Ray: run the jobs one after another in this process")
-    p.add_argument("--address", default=None,
-                   help="an existing Ray cluster (e.g. auto, or HOST:6379); default: start a local one")
-    p.add_argument("--cpus-per-job", type=float, default=2.0, help="CPUs each Ray task reserves (default 2)")
-    p.add_argument("--gpus-per-job", type=float, default=None,
-                   help="GPUs each Ray task reserves (default: 1 when the cluster has GPUs, else 0)")
-    p.add_argument("--max-retries", type=int, default=2, help="retries of a job whose worker was lost (default 2)")
-    p.add_argument("--no-plots", action="store_true", help="no per-metric plots (OUT/plots)")
-    p.add_argument("--dry-run", action="store_true", help="list the jobs, their folders and commands; run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress bar (finished jobs are still listed)")
+    add_run_options(p, "run", "runs/suite", "suite.md", set_note="; a sequence's own data.path / variant keys win")
     return p
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from slam.data.synthetic import room
-from slam.data.synthetic.sample import pose_line, stamp, write_text
+from slam.data.synthetic.sample import camera_from_angles, pose_line, stamp, write_text
 
 CENTRE = (2.5, 2.05, 1.4)      # m: the loop's centre, above the table
 RADIUS = 0.35                  # m
@@ -43,7 +43,7 @@ def loop_pose(k: int, total: int) -> np.ndarray:
     z = CENTRE[2] + 0.03 * math.sin(3 * s + 0.4)
     yaw = s + 0.08 * math.sin(4 * s)            # 0 = looking along +y, turning towards +x
     pitch = PITCH + 0.05 * math.sin(2 * s + 1.0)
-    return _camera(yaw, pitch, 0.0, (x, y, z))
+    return camera_from_angles(yaw, pitch, 0.0, (x, y, z))
 
 
 def spin_pose(k: int, total: int) -> np.ndarray:
@@ -57,21 +57,7 @@ def spin_pose(k: int, total: int) -> np.ndarray:
     yaw = s + 0.12 * math.sin(3 * s)
     pitch = PITCH + 0.10 * math.sin(4 * s + 0.5)
     roll = 0.16 * math.sin(5 * s + 0.2)
-    return _camera(yaw, pitch, roll, (x, y, z))
-
-
-def _camera(yaw: float, pitch: float, roll: float, position) -> np.ndarray:
-    """T_wc (4, 4) with OpenCV camera axes: looking along yaw (0 = +y, turning towards +x) tilted
-    down by pitch, rolled by ``roll`` about the viewing direction (rad; world z up)."""
-    fwd = np.array([math.sin(yaw) * math.cos(pitch), math.cos(yaw) * math.cos(pitch), -math.sin(pitch)])
-    right = np.cross(fwd, [0.0, 0.0, 1.0])
-    right /= np.linalg.norm(right)
-    down = np.cross(fwd, right)
-    c, s = math.cos(roll), math.sin(roll)
-    right, down = c * right + s * down, -s * right + c * down
-    T = np.eye(4)
-    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = right, down, fwd, position
-    return T
+    return camera_from_angles(yaw, pitch, roll, (x, y, z))
 
 
 TRAJECTORIES = {"circle": loop_pose, "spin": spin_pose}

@@ -52,7 +52,13 @@ def camera_pose(k, total=TOTAL_FRAMES):
     yaw = -0.34 * math.sin(s) + 0.18 * math.sin(2 * s + 0.5) + 0.025 * math.sin(5 * s + 1.1)
     pitch = 0.3 + 0.08 * math.sin(2 * s + 1.3) + 0.02 * math.sin(5 * s + 0.2)
     roll = 0.045 * math.sin(3 * s + 0.2) + 0.01 * math.sin(7 * s)
-    # forward (camera z) from yaw (about world z, 0 = +y, positive turns toward +x) and pitch (down)
+    return camera_from_angles(yaw, pitch, roll, (x, y, z))
+
+
+def camera_from_angles(yaw: float, pitch: float, roll: float, position) -> np.ndarray:
+    """T_wc (4, 4) with OpenCV camera axes (x right, y down, z forward) in the room's world (z up):
+    looking along ``yaw`` (rad about world z; 0 = +y, positive turns towards +x), tilted down by
+    ``pitch``, rolled by ``roll`` about the viewing direction; ``position``: (3,) metres."""
     fwd = np.array([math.sin(yaw) * math.cos(pitch), math.cos(yaw) * math.cos(pitch), -math.sin(pitch)])
     right = np.cross(fwd, [0.0, 0.0, 1.0])
     right /= np.linalg.norm(right)
@@ -60,7 +66,7 @@ def camera_pose(k, total=TOTAL_FRAMES):
     cr, sr = math.cos(roll), math.sin(roll)
     right, down = cr * right + sr * down, -sr * right + cr * down
     T = np.eye(4)
-    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = right, down, fwd, (x, y, z)
+    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = right, down, fwd, position
     return T
 
 
