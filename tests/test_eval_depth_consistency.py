@@ -7,7 +7,7 @@ import numpy as np
 from slam.config import load_config
 from slam.data.sources import open_source
 from slam.data.trajectory_io import write_tum_trajectory
-from slam.eval.depth_consistency import depth_disagreement, keyframe_consistency, pair_table
+from slam.eval.depth_consistency import depth_disagreement, keyframe_consistency, pair_table, revisit_consistency, revisit_pairs
 from slam.geometry import invert, pivot_increment
 from slam.map.keyframes import Keyframe
 from slam.tools import depth_consistency as script
@@ -76,3 +76,25 @@ def test_keyframe_self_check_points_at_a_wrong_keyframe_pose():
     assert sorted(tuple(w[:2]) for w in bad["worst"]) == [(2, 4), (4, 6)]
     assert min(w[2] for w in bad["worst"]) > 2 * good["median_mm"]
     assert keyframe_consistency(kfs[:1]) is None
+
+
+def test_places_seen_again_judge_final_tracked_and_true_poses_on_the_same_pairs():
+    """metrics.json's revisit_depth_consistency: the sample's closed path comes back to its start
+    ~5 s later. At the true poses those revisits agree with the depth; a drift of 3 cm over the
+    path's second half (the poses "as tracked") shows on them; pairs closer in time than
+    ``min_gap_s``, or apart by more than ``max_distance_m``, are no revisits."""
+    frames = _frames(150)
+    kfs = [Keyframe.from_frame(f, f.gt_pose) for f in frames[::10]]
+    truth = {f.index: f.gt_pose for f in frames}
+    drift = {}
+    for i, T in truth.items():
+        drift[i] = T.copy()
+        drift[i][:3, 3] += T[:3, 2] * 0.03 * max(i - 75, 0) / 75     # along the optical axis, up to 3 cm
+    out = revisit_consistency(kfs, drift, truth, min_gap_s=3.0)
+    assert out is not None and out["pairs"] >= 2
+    assert out["final_mm"] == out["ground_truth_mm"] < 5.0
+    assert out["as_tracked_mm"] > 2 * out["final_mm"]
+    assert all(b.timestamp - a.timestamp >= 3.0 for a, b in revisit_pairs(kfs, 3.0, 0.5, 20.0, 150))
+    assert revisit_consistency(kfs, drift, truth, min_gap_s=10.0) is None          # the sample lasts 5 s
+    assert revisit_consistency(kfs, drift, truth, max_distance_m=1e-4) is None
+    assert revisit_consistency(kfs, drift, {}, min_gap_s=3.0)["ground_truth_mm"] is None

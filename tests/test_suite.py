@@ -170,8 +170,11 @@ def test_median_and_spread_over_repeats_leave_out_failed_runs_and_missing_keys(t
     jobs = expand(BatchSpec(repeats=3, jobs=[{"name": "a", "set": ["data.last=12"]},
                                              {"name": "b", "set": ["data.last=13"]}]))
     storage = RunStorage(str(tmp_path))
-    a_runs = [_metrics(0.021, 4.0, 2, quality_detector={"false_alarms": 1, "misses": 0}),
-              _metrics(0.034, 5.0, 4, quality_detector={"false_alarms": 3, "misses": 2}), None]
+    revisit = {"final_mm": 11.0, "as_tracked_mm": 30.5, "ground_truth_mm": None}
+    a_runs = [_metrics(0.021, 4.0, 2, quality_detector={"false_alarms": 1, "misses": 0},
+                       revisit_depth_consistency=revisit),
+              _metrics(0.034, 5.0, 4, quality_detector={"false_alarms": 3, "misses": 2},
+                       revisit_depth_consistency={**revisit, "final_mm": 13.0}), None]
     b_runs = [_metrics(None, 6.0, 0), _metrics(None, 7.0, 0), _metrics(None, 8.0, 0)]  # no ground truth
     outcomes = {}
     for job, m in zip(jobs, a_runs + b_runs):
@@ -205,6 +208,8 @@ def test_median_and_spread_over_repeats_leave_out_failed_runs_and_missing_keys(t
     assert row_a["peak GPU MB"] == "n/a" and row_a["GPU ms / tracked frame"] == "n/a"
     assert row_a["detector false alarms / misses"] != "n/a" and row_b["detector false alarms / misses"] == "n/a"
     assert row_b["ATE cm (all frames)"] == "n/a" and row_b["runs"] == "3"
+    revisit_col = "revisit depth mm: final / as tracked / ground truth"
+    assert row_a[revisit_col] == "12.0 / 30.5 / n/a" and row_b[revisit_col] == "n/a"
     assert "run_slam: bad input: frame 3 unreadable" in text and "a note" in text
     rows = list(csv.DictReader(io.StringIO(to_csv(summary))))
     assert [r["sequence"] for r in rows] == ["a", "b"] and rows[0]["failed"] == "1" and rows[1]["ate_cm_median"] == ""

@@ -46,6 +46,12 @@ METRICS = [
     ("frames", "frames", _get("frames"), "{:.0f}"),
     ("detector_false_alarms", "detector false alarms", _get("quality_detector", "false_alarms"), "{:.0f}"),
     ("detector_misses", "detector misses", _get("quality_detector", "misses"), "{:.0f}"),
+    # places seen again: depth agreement of keyframe pairs >= 3 s apart (no ground truth needed)
+    ("revisit_mm", "revisit depth mm", _get("revisit_depth_consistency", "final_mm"), "{:.1f}"),
+    ("revisit_tracked_mm", "revisit depth as tracked mm", _get("revisit_depth_consistency", "as_tracked_mm"),
+     "{:.1f}"),
+    ("revisit_gt_mm", "revisit depth ground truth mm", _get("revisit_depth_consistency", "ground_truth_mm"),
+     "{:.1f}"),
 ]
 PLOTTED = ["ate_cm", "rpe_trans_cm", "psnr_db", "fps", "peak_gpu_mb", "peak_rss_mb", "spheres", "silent_failures"]
 MARKDOWN = ["ate_cm", "rpe_trans_cm", "rpe_rot_deg", "psnr_db", "fps", "peak_gpu_mb", "peak_rss_mb", "spheres",

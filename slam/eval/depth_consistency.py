@@ -78,3 +78,65 @@ def keyframe_consistency(keyframes: list, worst: int = 3) -> Optional[dict]:
             "worst": [[int(rows[i][0]), int(rows[i][1]), round(float(rows[i][2]), 2)] for i in order],
             "protocol": "consecutive keyframes at their final poses: the earlier one's depth moved into the "
                         "later one vs its depth, median |difference| over the pixels both see"}
+
+
+def revisit_pairs(keyframes: list, min_gap_s: float, max_distance_m: float, max_angle_deg: float,
+                  max_pairs: int) -> list[tuple]:
+    """Pairs (a, b) of keyframes (``Keyframe``s, a earlier) at least ``min_gap_s`` apart in time whose
+    final poses put the cameras within ``max_distance_m`` and their optical axes within
+    ``max_angle_deg``: places the camera came back to. At most ``max_pairs``, spread evenly over the
+    candidates in time order (deterministic)."""
+    kfs = sorted(keyframes, key=lambda k: k.frame_index)
+    centres = np.array([np.asarray(k.T_wc)[:3, 3] for k in kfs]).reshape(-1, 3)
+    axes = np.array([np.asarray(k.T_wc)[:3, 2] for k in kfs]).reshape(-1, 3)
+    stamps = np.array([k.timestamp for k in kfs])
+    cos_max = np.cos(np.radians(max_angle_deg))
+    pairs = []
+    for i in range(len(kfs)):
+        later = np.arange(i + 1, len(kfs))
+        ok = ((stamps[later] - stamps[i] >= min_gap_s)
+              & (np.linalg.norm(centres[later] - centres[i], axis=1) <= max_distance_m)
+              & (axes[later] @ axes[i] >= cos_max))
+        pairs += [(kfs[i], kfs[j]) for j in later[ok]]
+    if len(pairs) > max_pairs:
+        pairs = [pairs[int(k)] for k in np.linspace(0, len(pairs) - 1, max_pairs).round()]
+    return pairs
+
+
+def revisit_consistency(keyframes: list, as_tracked: Mapping[int, np.ndarray],
+                        ground_truth: Mapping[int, np.ndarray], min_gap_s: float = 3.0,
+                        max_distance_m: float = 0.5, max_angle_deg: float = 20.0,
+                        max_pairs: int = 150) -> Optional[dict]:
+    """Ground-truth-free check of a run's global consistency: ``depth_disagreement`` between
+    keyframes of the same place seen at least ``min_gap_s`` apart (``revisit_pairs``), where drift
+    shows and loop closure should remove it. The same pairs at three sets of poses: final (the
+    keyframes' T_wc), as tracked (``as_tracked``: frame index -> T_wc (4, 4) before refinement and
+    loop corrections) and the ground truth (``ground_truth``: frame index -> T_wc, where known), so
+    a trajectory can be judged where the ground truth itself is doubtful. Returns {pairs, final_mm,
+    as_tracked_mm, ground_truth_mm (the median over pairs of each pair's median |dz|; None where
+    no pair has those poses), within_1cm (final: mean share), ...}; None without a revisit."""
+    pairs = [(a, b) for a, b in revisit_pairs(keyframes, min_gap_s, max_distance_m, max_angle_deg, max_pairs)
+             if a.depth.shape == b.depth.shape]
+    if not pairs:
+        return None
+    sets = {"final": {k.frame_index: k.T_wc for p in pairs for k in p}, "as_tracked": as_tracked,
+            "ground_truth": ground_truth}
+    medians: dict = {name: [] for name in sets}
+    within = []
+    for a, b in pairs:
+        for name, poses in sets.items():
+            Ta, Tb = poses.get(a.frame_index), poses.get(b.frame_index)
+            if Ta is None or Tb is None:
+                continue
+            d = depth_disagreement(a.depth, b.depth, np.asarray(a.K, np.float64), invert(Tb) @ Ta)
+            if d["pixels"] > 0:
+                medians[name].append(d["median_m"] * 1e3)
+                if name == "final":
+                    within.append(d["within"])
+    if not medians["final"]:
+        return None
+    summary = {f"{name}_mm": (float(np.median(v)) if v else None) for name, v in medians.items()}
+    return {"pairs": len(medians["final"]), **summary, "within_1cm": float(np.mean(within)),
+            "protocol": f"keyframe pairs >= {min_gap_s:g} s apart whose final poses are within {max_distance_m:g} m "
+                        f"and {max_angle_deg:g} deg (at most {max_pairs}): the earlier one's depth moved into the "
+                        "later one vs its depth at each set of poses, median over pairs of the median |difference|"}

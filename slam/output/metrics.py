@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from slam.eval.depth_consistency import keyframe_consistency
+from slam.eval.depth_consistency import keyframe_consistency, revisit_consistency
 from slam.eval.failures import quality_detector, silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
 from slam.eval.trajectory import evaluate_trajectory
@@ -198,6 +198,12 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             m["keyframe_depth_consistency"] = keyframe_consistency(result.keyframes)
         except Exception as exc:  # noqa: BLE001
             log.error("keyframe depth consistency failed: %s: %s", type(exc).__name__, exc)
+        try:
+            m["revisit_depth_consistency"] = revisit_consistency(
+                result.keyframes, {f.index: f.T_wc_as_tracked for f in frames},
+                {f.index: f.gt_pose for f in frames if f.gt_pose is not None})
+        except Exception as exc:  # noqa: BLE001
+            log.error("revisit depth consistency failed: %s: %s", type(exc).__name__, exc)
     if result.mode != "slam" or result.relocalisations:
         m["relocalisation"] = summarise(result.relocalisations, result.mode)
     if eval_images_every is not None:

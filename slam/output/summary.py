@@ -117,6 +117,12 @@ def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) ->
         worst = ", ".join(f"{a}->{b} {mm:.1f} mm" for a, b, mm in kc["worst"])
         lines.append(f"depth agreement   consecutive keyframes at their poses: median {kc['median_mm']:.1f} mm, "
                      f"{kc['within_1cm']:.0%} within 1 cm (no ground truth needed)" + (f"; worst {worst}" if worst else ""))
+    rc = metrics.get("revisit_depth_consistency")
+    if rc:
+        at = lambda key: "n/a" if rc.get(key) is None else f"{rc[key]:.1f} mm"  # noqa: E731
+        lines.append(f"                  places seen again ({rc['pairs']} keyframe pairs): median {at('final_mm')} "
+                     f"at the final poses, {at('as_tracked_mm')} as tracked, {at('ground_truth_mm')} at the "
+                     "ground truth's")
     silent = metrics.get("silent_failures")
     if silent is not None:
         lines.append(f"silent failures   {silent['count']} of {silent['checked']} frames reported ok "
