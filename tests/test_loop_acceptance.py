@@ -211,6 +211,39 @@ def test_a_loop_found_right_after_a_closure_is_kept_as_an_edge_not_applied():
     assert {(e.a, e.b) for e in closer.loops} >= {(1, 18), (2, 19)}
 
 
+def test_loops_deferred_after_the_last_closure_close_at_the_end_of_input():
+    """The same run, but keyframes 18-19 drift 3 cm more after the closure at 17: the deferred
+    loops (18 -> 1, 19 -> 2) would wait for a next closure that no keyframe brings. At the end of
+    input ``finish`` closes them as one group (significance, graph, as any other) and their
+    correction moves 19 towards the truth; a second ``finish`` has nothing left."""
+    cfg = _loop_cfg("loop.guard=false", "loop.min_separation=10")
+    truth, poses = _drifted_circle(20, 5 * CM)
+    info = _information(0.3 * CM, 0.1)
+    closer, submitted = _closer(cfg, {(b, a): (_rel(truth, a, b), info) for b, a in [(16, 0), (17, 1), (18, 1), (19, 2)]})
+    edges = ()
+    for i in sorted(poses):
+        if i == 18:                                     # new drift after the closure
+            step = np.eye(4)
+            step[:3, 3] = (0.0, 3 * CM, 0.0)
+            poses = {k: step @ T if k >= 18 else T for k, T in poses.items()}
+        kf = Keyframe(i, cfg.min_separation_s * i, poses[i], _texture(), np.ones((60, 80), np.float16), np.eye(3), kf_id=i)
+        corr = closer.process(kf, SimpleNamespace(keyframe_poses={k: poses[k] for k in poses if k <= i}, loop_edges=edges))
+        if corr is not None:
+            poses = {k: corr.corrections.get(k, corr.later) @ T for k, T in poses.items()}
+            edges = edges + (tuple(corr.edge),)
+    assert len(submitted) == 1 and closer.summary()["deferred"] == 2
+    err = lambda P: np.linalg.norm(P[19][:3, 3] - truth[19][:3, 3])  # noqa: E731
+    before = err(poses)
+    corr = closer.finish(SimpleNamespace(keyframe_poses=poses, loop_edges=edges))
+    assert corr is not None and submitted[-1] is corr and closer.summary()["loops_closed"] == 2
+    after = {k: corr.corrections.get(k, corr.later) @ T for k, T in poses.items()}
+    assert before > 2 * CM and err(after) < 0.3 * before, (before, err(after))
+    outcome = {(e.keyframe, e.candidate): (e.outcome, e.reason) for e in closer.events}
+    assert outcome[(19, 2)][0] == "accepted" and outcome[(19, 2)][1].startswith("at the end of input")
+    assert closer.summary()["deferred"] == 0
+    assert closer.finish(SimpleNamespace(keyframe_poses=after, loop_edges=edges + (tuple(corr.edge),))) is None
+
+
 # --------------------------------------------------------------------------- significance
 def test_a_correction_within_the_loops_own_noise_is_recorded_not_applied():
     """2 mm of drift against a loop whose information says 3 mm: consistent; 5 cm: closed."""

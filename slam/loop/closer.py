@@ -72,6 +72,9 @@ class LoopCloser:
         # A submitted correction reaches the map with a later snapshot; until one shows its edge,
         # the poses here are stale and a second correction would be applied twice.
         self._awaiting: Optional[tuple] = None
+        # Groups verified right after the last closure (deferred): closed with the next one, or
+        # at the end of input (``finish``).
+        self._deferred: list = []
 
     def add_saved(self, keyframes: list[Keyframe]) -> None:
         """A saved map's keyframes join the database (revisits of the saved map close loops)."""
@@ -163,18 +166,42 @@ class LoopCloser:
         event.shift_m, event.turn_deg = motion_size(correction(poses[b], poses[a] @ v.T_ab))
         return event, LoopEdge(a, b, v.T_ab, v.information)
 
-    def _close(self, group: list, snap) -> Optional[LoopCorrection]:
+    def finish(self, snap) -> Optional[LoopCorrection]:
+        """End of input (the mapping thread, once this stage has seen its last keyframe; ``snap``:
+        the map after every submitted correction): the groups deferred since the last closure (the
+        map was still moving then) close now as one group, through the same significance test,
+        graph and guard as any other. Without this their edges waited for a next closure that no
+        keyframe would bring. Returns the correction it submitted, if any."""
+        if not self._deferred:
+            return None
+        if self._awaiting is not None and self._awaiting not in snap.loop_edges:
+            log.warning("loop: the last correction is not in the map yet; the deferred loops stay open")
+            return None
+        group, self._deferred = self._deferred, []
+        waiting = {id(e) for e, _ in group}
+        self.loops = [e for e in self.loops if id(e) not in waiting]
+        t0 = time.perf_counter()
+        corr = self._close(group, snap, final=True)
+        for _, event in group:
+            event.reason = f"at the end of input (deferred before): {event.reason}"
+        self.ms += (time.perf_counter() - t0) * 1e3
+        return corr
+
+    def _close(self, group: list, snap, final: bool = False) -> Optional[LoopCorrection]:
         """A complete group of consistent detections ((edge, event), oldest first): record it as
-        consistent, or optimise the graph, guard the correction and submit it."""
+        consistent, or optimise the graph, guard the correction and submit it. Right after a
+        closure the group is deferred (kept as edges for the next one) unless ``final``."""
         t0 = time.perf_counter()
         poses = snap.keyframe_poses
         edges = [e for e, _ in group]
         event = group[-1][1]
         a, b = edges[-1].a, edges[-1].b
-        if self._last_closed is not None and b - self._last_closed < self.cfg.min_separation:
+        if not final and self._last_closed is not None and b - self._last_closed < self.cfg.min_separation:
             self.loops.extend(edges)
+            self._deferred.extend(group)
             return self._outcome(group, t0, "deferred", f"verified; within loop.min_separation keyframes of the "
                                  f"last closure (at {self._last_closed}): an edge for the next one, not applied")
+        self._deferred = []                     # a closure's graph holds every earlier edge (self.loops)
         graph_poses = {k: np.asarray(T) for k, T in poses.items() if k <= b}
         untrusted = self.bridges.untrusted(sorted(graph_poses))
         sig, stat, bound = significant(edges, graph_poses, self.cfg)

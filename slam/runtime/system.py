@@ -219,10 +219,13 @@ class SlamSystem:
         self.loop.process(*message)
 
     def finish_map(self) -> None:
-        """End of input (also an input error's): apply the loop stage's last corrections, then
-        the final refinement over all keyframes (not on Ctrl-C or a stage error; never in
-        localize mode, where the saved map stays frozen). Tells ``phase_hooks`` first."""
+        """End of input (also an input error's): apply the loop stage's last corrections and close
+        the loops it deferred (``LoopCloser.finish``: the loop stage has ended), then the final
+        refinement over all keyframes (not on Ctrl-C or a stage error; never in localize mode,
+        where the saved map stays frozen). Tells ``phase_hooks`` first."""
         self.mapper.apply_pending()
+        if self.loop is not None and self.mode != "localize" and self.loop.finish(self.smap.latest()) is not None:
+            self.mapper.apply_pending()       # the loops deferred after the last closure, closed now
         if self.cfg.mapping.final_iters > 0 and self.mode != "localize":
             for hook in self.phase_hooks:
                 hook(f"final refinement of the map: {self.cfg.mapping.final_iters} steps over "
