@@ -110,8 +110,6 @@ def test_unknown_key_names_key_and_close_match(tmp_path):
         ("viewer.grpc_port=0", r"viewer\.grpc_port / viewer\.web_port: ports 1-65535"),
         ("viewer.server_memory_mb=0", r"viewer\.server_memory_mb: must be >= 1"),
         ("system.switch_interval_ms=0", r"system\.switch_interval_ms: milliseconds in \(0, 1000\]"),
-        ("loop.covisible_distance_m=-1", r"loop\.covisible_distance_m / covisible_angle_deg"),
-        ("loop.covisible_angle_deg=120", r"loop\.covisible_distance_m / covisible_angle_deg"),
     ],
 )
 def test_wrong_values_fail_with_the_key(override, message):

@@ -128,25 +128,6 @@ def test_a_loop_far_enough_away_is_verified():
     assert (11, 0) in closer.verifier.calls
 
 
-def test_a_place_seen_again_that_looks_different_is_proposed_where_the_views_coincide():
-    """The thumbnail descriptor misses a place seen again that looks different (other light, a
-    step aside); ``loop.covisible_distance_m`` proposes it from the current poses: keyframe 12 is
-    back at keyframe 0's view, 10 cm aside, but unlike it. Verified only with covisible candidates
-    on; keyframes 1 and 11, as near but turned 30 deg away, are not proposed."""
-    poses = _circle(12)
-    poses[12] = poses[0].copy()
-    poses[12][0, 3] += 0.1
-    for covisible, proposed in ((0.0, False), (0.5, True)):
-        cfg = _loop_cfg("loop.consistent_detections=1", f"loop.covisible_distance_m={covisible}")
-        closer, _ = _closer(cfg, {})
-        stamps = {i: cfg.min_separation_s * i for i in poses}
-        kfs = {i: Keyframe(i, stamps[i], poses[i], _texture(1 if i == 12 else 0), np.ones((60, 80), np.float16),
-                           np.eye(3), kf_id=i) for i in poses}
-        _feed(closer, poses, stamps, None, keyframes=kfs)
-        calls = [c for c in closer.verifier.calls if c[0] == 12]
-        assert calls == ([(12, 0)] if proposed else []), (covisible, calls)
-
-
 # --------------------------------------------------------------------------- consistency
 def _drifted_circle(n: int, drift_m: float):
     """Truth on a circle and the tracked poses: translation drift growing linearly to ``drift_m``."""

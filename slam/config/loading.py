@@ -237,9 +237,6 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"data.{key}: the readout in seconds, in [0, 1), got {value}")
     if cfg.data.intrinsics is not None and len(cfg.data.intrinsics) != 4:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
-    if cfg.loop.covisible_distance_m < 0 or not 0 <= cfg.loop.covisible_angle_deg <= 90:
-        raise ConfigError(f"loop.covisible_distance_m / covisible_angle_deg: >= 0 m and 0-90 deg, got "
-                          f"{cfg.loop.covisible_distance_m} / {cfg.loop.covisible_angle_deg}")
     if cfg.system.max_unmapped_keyframes < 0:
         raise ConfigError(f"system.max_unmapped_keyframes: must be >= 0, got {cfg.system.max_unmapped_keyframes}")
     interval = cfg.system.switch_interval_ms

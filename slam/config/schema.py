@@ -197,9 +197,6 @@ class LoopConfig:
                                     # kept as edges for the next one, not applied on their own) ...
     max_distance: float = 1.5       # ... with a camera centre within this many metres (drift bound)
     min_similarity: float = 0.5     # global descriptor (normalised thumbnail) correlation to be a candidate
-    covisible_distance_m: float = 0.0  # also a candidate whatever its descriptor: a keyframe whose
-                                    # camera is within this many metres at the current poses ...
-    covisible_angle_deg: float = 20.0  # ... and looks the same way within this angle (0 m = off)
     top_k: int = 3                  # best candidates verified per keyframe
     min_pnp_inliers: int = 30       # ORB + PnP RANSAC inliers to go on to the depth checks
     icp_iters: int = 10             # point-to-plane ICP iterations on the two keyframes' depths

@@ -126,23 +126,18 @@ class LoopCloser:
     def _candidates(self, entry: _Entry, poses: dict) -> list[tuple[_Entry, float]]:
         """Older keyframes (by ``min_separation`` ids) whose camera is within ``max_distance``
         of this one's (covisibility under bounded drift), whose descriptor correlates at least
-        ``min_similarity`` or whose view nearly coincides with this one's at the current poses
-        (``covisible_distance_m`` / ``covisible_angle_deg``: a place seen again from a viewpoint
-        the thumbnail descriptor does not recognise), and which are far enough away in time and
-        path (``Separation``; the others are counted, not verified); the ``top_k`` most similar."""
+        ``min_similarity`` and which are far enough away in time and path (``Separation``; the
+        others are counted, not verified); the ``top_k`` best."""
         cfg, kf = self.cfg, entry.kf
         T = poses.get(kf.kf_id, kf.T_wc)
-        cos_view = np.cos(np.radians(cfg.covisible_angle_deg))
         out = []
         for k, e in self.database.items():
             if k > kf.kf_id - cfg.min_separation or k not in poses:
                 continue
-            distance = np.linalg.norm(poses[k][:3, 3] - T[:3, 3])
-            if distance > cfg.max_distance:
+            if np.linalg.norm(poses[k][:3, 3] - T[:3, 3]) > cfg.max_distance:
                 continue
             s = similarity(entry.descriptor, e.descriptor)
-            covisible = distance <= cfg.covisible_distance_m and poses[k][:3, 2] @ T[:3, 2] >= cos_view
-            if s >= cfg.min_similarity or covisible:
+            if s >= cfg.min_similarity:
                 out.append((e, s))
         out.sort(key=lambda c: -c[1])
         stamps = {k: e.kf.timestamp for k, e in self.database.items()}
