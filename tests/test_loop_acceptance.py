@@ -190,21 +190,34 @@ def test_consistency_resets_where_a_keyframe_verifies_no_loop():
     assert group is None and why.startswith("consistency")
 
 
-def test_a_loop_found_right_after_a_closure_is_kept_as_an_edge_not_applied():
-    """ORB-SLAM's rule: two groups of agreeing detections within loop.min_separation keyframes;
-    the first is closed (its correction reaches the poses, as the mapper's would), the second is
-    deferred: an edge for the next closure, not applied."""
+def _closure_then_deferred(drift_after_closure_m: float = 0.0):
+    """Keyframes 0-19 on a drifted circle, loops 16 -> 0, 17 -> 1 (closed at 17) then 18 -> 1,
+    19 -> 2 (within loop.min_separation of it: deferred); each correction reaches the poses as
+    the mapper's would. From keyframe 18 on the poses drift ``drift_after_closure_m`` more.
+    Returns (closer, submitted, truth, poses, loop edges in the map)."""
     cfg = _loop_cfg("loop.guard=false", "loop.min_separation=10")
     truth, poses = _drifted_circle(20, 5 * CM)
     info = _information(0.3 * CM, 0.1)
     closer, submitted = _closer(cfg, {(b, a): (_rel(truth, a, b), info) for b, a in [(16, 0), (17, 1), (18, 1), (19, 2)]})
     edges = ()
     for i in sorted(poses):
+        if i == 18 and drift_after_closure_m:
+            step = np.eye(4)
+            step[:3, 3] = (0.0, drift_after_closure_m, 0.0)
+            poses = {k: step @ T if k >= 18 else T for k, T in poses.items()}
         kf = Keyframe(i, cfg.min_separation_s * i, poses[i], _texture(), np.ones((60, 80), np.float16), np.eye(3), kf_id=i)
         corr = closer.process(kf, SimpleNamespace(keyframe_poses={k: poses[k] for k in poses if k <= i}, loop_edges=edges))
         if corr is not None:     # the mapper: every keyframe moved, later ones with the newest's correction
             poses = {k: corr.corrections.get(k, corr.later) @ T for k, T in poses.items()}
             edges = edges + (tuple(corr.edge),)
+    return closer, submitted, truth, poses, edges
+
+
+def test_a_loop_found_right_after_a_closure_is_kept_as_an_edge_not_applied():
+    """ORB-SLAM's rule: two groups of agreeing detections within loop.min_separation keyframes;
+    the first is closed (its correction reaches the poses, as the mapper's would), the second is
+    deferred: an edge for the next closure, not applied."""
+    closer, submitted, _, _, _ = _closure_then_deferred()
     outcome = {(e.keyframe, e.candidate): e.outcome for e in closer.events}
     assert outcome[(17, 1)] == "accepted" and outcome[(19, 2)] == "deferred", outcome
     assert len(submitted) == 1 and closer.summary()["deferred"] == 2
@@ -216,21 +229,7 @@ def test_loops_deferred_after_the_last_closure_close_at_the_end_of_input():
     loops (18 -> 1, 19 -> 2) would wait for a next closure that no keyframe brings. At the end of
     input ``finish`` closes them as one group (significance, graph, as any other) and their
     correction moves 19 towards the truth; a second ``finish`` has nothing left."""
-    cfg = _loop_cfg("loop.guard=false", "loop.min_separation=10")
-    truth, poses = _drifted_circle(20, 5 * CM)
-    info = _information(0.3 * CM, 0.1)
-    closer, submitted = _closer(cfg, {(b, a): (_rel(truth, a, b), info) for b, a in [(16, 0), (17, 1), (18, 1), (19, 2)]})
-    edges = ()
-    for i in sorted(poses):
-        if i == 18:                                     # new drift after the closure
-            step = np.eye(4)
-            step[:3, 3] = (0.0, 3 * CM, 0.0)
-            poses = {k: step @ T if k >= 18 else T for k, T in poses.items()}
-        kf = Keyframe(i, cfg.min_separation_s * i, poses[i], _texture(), np.ones((60, 80), np.float16), np.eye(3), kf_id=i)
-        corr = closer.process(kf, SimpleNamespace(keyframe_poses={k: poses[k] for k in poses if k <= i}, loop_edges=edges))
-        if corr is not None:
-            poses = {k: corr.corrections.get(k, corr.later) @ T for k, T in poses.items()}
-            edges = edges + (tuple(corr.edge),)
+    closer, submitted, truth, poses, edges = _closure_then_deferred(3 * CM)
     assert len(submitted) == 1 and closer.summary()["deferred"] == 2
     err = lambda P: np.linalg.norm(P[19][:3, 3] - truth[19][:3, 3])  # noqa: E731
     before = err(poses)
