@@ -121,20 +121,13 @@ def revisit_consistency(keyframes: list, as_tracked: Mapping[int, np.ndarray],
         return None
     sets = {"final": {k.frame_index: k.T_wc for p in pairs for k in p}, "as_tracked": as_tracked,
             "ground_truth": ground_truth}
-    medians: dict = {name: [] for name in sets}
-    within = []
-    for a, b in pairs:
-        for name, poses in sets.items():
-            Ta, Tb = poses.get(a.frame_index), poses.get(b.frame_index)
-            if Ta is None or Tb is None:
-                continue
-            d = depth_disagreement(a.depth, b.depth, np.asarray(a.K, np.float64), invert(Tb) @ Ta)
-            if d["pixels"] > 0:
-                medians[name].append(d["median_m"] * 1e3)
-                if name == "final":
-                    within.append(d["within"])
-    if not medians["final"]:
+    rows = [pair_table({a.frame_index: a.depth, b.frame_index: b.depth}, np.asarray(a.K, np.float64), sets,
+                       [(a.frame_index, b.frame_index)])[0] for a, b in pairs]
+    seen = {name: [r[name] for r in rows if name in r and r[name]["pixels"] > 0] for name in sets}
+    if not seen["final"]:
         return None
+    medians = {name: [d["median_m"] * 1e3 for d in ds] for name, ds in seen.items()}
+    within = [d["within"] for d in seen["final"]]
     summary = {f"{name}_mm": (float(np.median(v)) if v else None) for name, v in medians.items()}
     return {"pairs": len(medians["final"]), **summary, "within_1cm": float(np.mean(within)),
             "protocol": f"keyframe pairs >= {min_gap_s:g} s apart whose final poses are within {max_distance_m:g} m "
