@@ -53,6 +53,25 @@ def add_run_options(p: argparse.ArgumentParser, unit: str, out: str, table: str,
     p.add_argument("--quiet", action="store_true", help=f"no progress bar (finished {unit}s are still listed)")
 
 
+def list_or_check_ray(args, jobs: list, finished: list, storage: RunStorage, say) -> Optional[int]:
+    """The step before running that ``slam_batch`` and ``slam_suite`` share: with ``--dry-run``
+    print each job's state, folder and command (-> 0); without ``--local`` Ray must import (else
+    ``say`` why, -> 2). None: go on and run."""
+    if args.dry_run:
+        for j in jobs:
+            state = "finished" if j in finished else "to run"
+            print(f"{j.label}\t{state}\t{storage.display('runs', j.folder)}\n    "
+                  + " ".join(job_command(j, storage.run_path(j.folder), python="python")))
+        return 0
+    if not args.local:
+        try:
+            import_ray()
+        except RayMissing as exc:
+            say(str(exc))
+            return 2
+    return None
+
+
 def _spec(args):
     spec = load_spec(args.jobs)
     if args.config:
@@ -79,18 +98,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     finished = [j for j in jobs if storage.finished_metrics(j.folder) is not None]
     print(f"slam_batch: {len(jobs)} jobs, {len(finished)} finished already (kept), output {storage.display()}",
           file=sys.stderr, flush=True)
-    if args.dry_run:
-        for j in jobs:
-            state = "finished" if j in finished else "to run"
-            print(f"{j.label}\t{state}\t{storage.display('runs', j.folder)}\n    "
-                  + " ".join(job_command(j, storage.run_path(j.folder), python="python")))
-        return 0
-    if not args.local:
-        try:
-            import_ray()
-        except RayMissing as exc:
-            print(f"slam_batch: {exc}", file=sys.stderr)
-            return 2
+    stop = list_or_check_ray(args, jobs, finished, storage, lambda msg: print(f"slam_batch: {msg}", file=sys.stderr))
+    if stop is not None:
+        return stop
     opts = RunOptions(local=args.local, address=args.address, cpus_per_job=args.cpus_per_job,
                       gpus_per_job=args.gpus_per_job, max_retries=args.max_retries, progress=not args.quiet)
     try:

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from slam.batch.cli import add_run_options
-from slam.batch.execute import job_command
+from slam.batch.cli import add_run_options, list_or_check_ray
 from slam.batch.jobs import BatchSpec, BatchSpecError, expand, parse_grid_option
 from slam.batch.run import run_batch
-from slam.batch.runner import RayMissing, RunOptions, import_ray
+from slam.batch.runner import RunOptions
 from slam.batch.speed_probe import describe
 from slam.batch.storage import RunStorage
 from slam.batch.suite_table import header_line, summarise, write_suite
@@ -313,18 +312,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     n_rows = len({j.base_label for j in jobs})
     _say(f"{len(jobs)} runs ({n_rows} {'row' if n_rows == 1 else 'rows'} x {args.repeats} repeats), "
          f"{len(finished)} finished already (kept), output {storage.display()}")
-    if args.dry_run:
-        for j in jobs:
-            state = "finished" if j in finished else "to run"
-            print(f"{j.label}\t{state}\t{storage.display('runs', j.folder)}\n    "
-                  + " ".join(job_command(j, storage.run_path(j.folder), python="python")))
-        return 0
-    if not args.local:
-        try:
-            import_ray()
-        except RayMissing as exc:
-            _say(str(exc))
-            return 2
+    stop = list_or_check_ray(args, jobs, finished, storage, _say)
+    if stop is not None:
+        return stop
     opts = RunOptions(local=args.local, address=args.address, cpus_per_job=args.cpus_per_job,
                       gpus_per_job=args.gpus_per_job, max_retries=args.max_retries, progress=not args.quiet)
     speed = None
