@@ -164,6 +164,18 @@ def test_missing_config_and_bad_yaml(tmp_path):
         load_config(cyc)
 
 
+def test_a_config_that_is_not_text_or_not_yaml_names_file_line_and_problem(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe" + bytes(range(256)))
+    with pytest.raises(ConfigError, match=r"binary.yaml: not a text file \(byte 0 is not UTF-8\)"):
+        load_config(binary)
+    broken = write(tmp_path / "broken.yaml", "data:\n  path: [1, 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(broken)
+    assert re.fullmatch(r".*broken\.yaml:3:1: not valid YAML: expected ',' or '\]'.*", str(err.value))
+    assert "\n" not in str(err.value) and "<unicode string>" not in str(err.value)
+
+
 def test_resolved_config_round_trips(tmp_path):
     cfg = load_config("default.yaml", overrides=["tracking.iters=13", "output.name=x"])
     dump_config(cfg, tmp_path / "resolved.yaml")

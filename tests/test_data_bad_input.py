@@ -225,6 +225,12 @@ def test_intrinsics_of_the_wrong_shape(tmp_path, seq):
     (seq / "camera.yaml").write_text("fx: 30\nfy: 30\ncx: 15\ncy: 11\ndistortion: [0.1, 0.2]\n")
     with pytest.raises(CalibrationError, match="camera.yaml: distortion must be"):
         tum(seq)
+    (seq / "camera.yaml").write_text("fx: [30\n")
+    with pytest.raises(CalibrationError, match=r"camera.yaml:2:1: not valid YAML"):
+        tum(seq)
+    (seq / "camera.yaml").write_bytes(b"\xff\xfe\x00fx")
+    with pytest.raises(CalibrationError, match=r"camera.yaml: not a text file"):
+        tum(seq)
 
 
 # ----------------------------------------------------------------------------- bags

@@ -36,6 +36,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import yaml
 
+from slam.config.loading import yaml_error_text
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
 from slam.data.matrix_io import data_lines
@@ -199,9 +200,14 @@ def _yaml_number(data: dict, key: str, path: Path, required: bool = True) -> Opt
 def read_camera_yaml(path: Path) -> Calibration:
     """Parse a ``camera.yaml`` (fx, fy, cx, cy, optional distortion, depth_scale, width, height)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise CalibrationError(f"{path}: cannot read camera file ({exc})") from None
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read camera file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise CalibrationError(f"{path}: not a text file (byte {exc.start} is not UTF-8); camera.yaml is "
+                               "YAML with fx, fy, cx, cy") from None
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"camera file {yaml_error_text(path, exc)}") from None
     if not isinstance(data, dict):
         raise CalibrationError(f"{path}: expected a mapping with fx, fy, cx, cy, got {type(data).__name__}")
     params = [_yaml_number(data, k, path) for k in ("fx", "fy", "cx", "cy")]
