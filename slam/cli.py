@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Optional
 
 from tqdm import tqdm
@@ -153,6 +154,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("run_slam: --mode localize/continue needs --map PLY, and --map needs one of them", file=sys.stderr)
         return 2
 
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"run_slam: --out '{args.out}' is a file, not a folder: pass a new or existing folder", file=sys.stderr)
+        return 2
     try:
         source = open_source(cfg.data)
     except (FrameError, FileNotFoundError, ValueError) as exc:
@@ -173,7 +177,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
             print(f"run_slam: cannot use saved map: {exc}", file=sys.stderr)
             return 2
-    session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave
+    try:
+        session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave
+    except OSError as exc:  # --out (or output.root) names a file, or a place this user cannot write
+        source.close()
+        where = args.out or cfg.output.root
+        print(f"run_slam: cannot create the run folder under '{where}': {exc.strerror or exc}"
+              f"{f' ({exc.filename})' if exc.filename else ''}; pass --out (or set output.root) with a writable folder",
+              file=sys.stderr)
+        return 2
     run_dir = session.run_dir
     log.info("run folder %s, device %s, config %s", run_dir, system.device, args.config)
     try:

@@ -1,0 +1,35 @@
+"""run_slam on bad command-line input: a clear one-line error (exit 2, no traceback), nothing run.
+
+The data loaders' own catalogue is tests/test_data_bad_input.py; this file holds what only the
+command line sees (the run folder, the frame selection as a whole)."""
+from pathlib import Path
+
+import pytest
+
+from slam.cli import main
+
+
+def run(capsys, *args):
+    rc = main(["--quiet", *args])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return rc, err.strip().splitlines()[-1] if err.strip() else ""
+
+
+def test_out_that_is_a_file_is_refused_before_anything_runs(tmp_path, capsys):
+    taken = tmp_path / "taken.txt"
+    taken.write_text("mine\n")
+    rc, line = run(capsys, "--out", str(taken))
+    assert rc == 2 and line == f"run_slam: --out '{taken}' is a file, not a folder: pass a new or existing folder"
+    assert taken.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("where", ["file/sub", "/proc/sphere-slam-nope/run"])
+def test_out_that_cannot_be_created_names_it(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("")
+    out = where if where.startswith("/") else str(tmp_path / where)
+    rc, line = run(capsys, "--set", "data.last=2", "--out", out)
+    assert rc == 2
+    assert line.startswith(f"run_slam: cannot create the run folder under '{out}': ")
+    assert line.endswith("pass --out (or set output.root) with a writable folder")
+    assert not Path(out).exists()
