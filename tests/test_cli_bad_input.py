@@ -33,3 +33,11 @@ def test_out_that_cannot_be_created_names_it(tmp_path, capsys, where):
     assert line.startswith(f"run_slam: cannot create the run folder under '{out}': ")
     assert line.endswith("pass --out (or set output.root) with a writable folder")
     assert not Path(out).exists()
+
+
+def test_a_selection_with_no_frame_is_an_error_not_an_empty_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc, line = run(capsys, "--set", "data.first=1000", "--out", str(out))
+    assert rc == 2
+    assert line.endswith("sample: data.first=1000 selects no frame: the sequence has 150 frames (0..149)")
+    assert not out.exists()

@@ -113,6 +113,22 @@ def test_every_frame_unusable_is_an_error(seq):
         list(src)
 
 
+@pytest.mark.parametrize("dataset", ["tum", "7scenes", "replica"])
+def test_a_selection_past_the_last_frame_is_an_error_at_open(tmp_path, dataset):
+    write = {"tum": write_tum_sequence, "7scenes": write_7scenes_sequence, "replica": write_replica_sequence}[dataset]
+    path = write(tmp_path / "s", n=3)
+    cfg = dict(dataset=dataset, path=str(path), intrinsics=[30.0, 31.0, 15.5, 11.5] if dataset == "replica" else None)
+    assert len(open_source(DataConfig(**cfg, first=2))) == 1
+    with pytest.raises(FrameError, match=r"s: data.first=3 selects no frame: the sequence has 3 frames \(0..2\)"):
+        open_source(DataConfig(**cfg, first=3))
+
+
+def test_a_bag_selection_past_the_last_pair_says_so(tmp_path):
+    path = write_bag(tmp_path / "few.bag", "ros1", n=3)
+    with pytest.raises(FrameError, match=r"few.bag: data.first=5 selects no frame: the stream has 3 colour/depth pairs"):
+        list(bag(path, first=5))
+
+
 # ----------------------------------------------------------------------------- wrong content
 def test_colour_depth_size_mismatch(seq):
     victim = rgb_files(seq)[0]

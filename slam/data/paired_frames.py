@@ -52,6 +52,9 @@ class PairedFrames:
         """``FrameError`` when no frame was delivered, with the first skip reasons (flush the stamp
         matcher first: its unpaired colour images are among them)."""
         if self.delivered == 0:
+            if self.pairs > 0 and self.first >= self.pairs:
+                raise FrameError(f"{self.where}: data.first={self.first} selects no frame: the stream has "
+                                 f"{self.pairs} colour/depth pairs (0..{self.pairs - 1})")
             reasons = "; ".join(self.stats.skip_reasons[:3]) or "no colour/depth pair"
             raise FrameError(f"{self.where}: no usable frame ({reasons})")
 

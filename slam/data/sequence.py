@@ -10,7 +10,8 @@ Per-frame policy (warn on logger ``slam.data``, count in ``stats``, continue):
 Fatal policy (``FrameError`` naming the file):
 - colour and depth of different sizes, depth of the wrong dtype, images that contradict the
   calibration's stated size - the data is not what the loader thinks, every frame would be wrong;
-- a source that ends without delivering a single frame (everything was skipped).
+- a source that ends without delivering a single frame (everything was skipped), or a selection
+  (``first`` past the last frame) that leaves none to read: the latter at open.
 
 ``Frame.index`` is the frame's position in the selected (sliced) list: a skipped frame leaves a
 gap, so indices stay tied to the files on disk. ``Frame.source_id`` names the colour file.
@@ -74,6 +75,9 @@ class SequenceSource(FrameSource):
         self.where = where
         self.all_entries = entries
         self.entries = [entries[i] for i in select(len(entries), first, last, stride)]
+        if entries and not self.entries:
+            raise FrameError(f"{where}: data.first={first} selects no frame: the sequence has {len(entries)} "
+                             f"frames (0..{len(entries) - 1})")
         self.depth_units = float(depth_units)
         self.expected_size = expected_size  # (width, height) the calibration was made for
         # color_camera = (data.color_intrinsics, data.color_translation) for unregistered sensors
