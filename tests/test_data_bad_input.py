@@ -147,6 +147,45 @@ def test_depth_of_wrong_dtype(seq):
         list(tum(seq))
 
 
+@pytest.mark.parametrize("dataset", ["tum", "7scenes"])
+@pytest.mark.parametrize("calibrated_size", [True, False])
+def test_one_frame_of_another_size_mid_sequence_is_a_counted_skip(tmp_path, caplog, dataset, calibrated_size):
+    # Without a stated size (7-Scenes, camera.yaml without width/height) such a frame was delivered
+    # with the other frames' K; with one it ended the run.
+    if dataset == "tum":
+        path = write_tum_sequence(tmp_path / "s", n=5)
+        if not calibrated_size:
+            (path / "camera.yaml").write_text("fx: 30\nfy: 31\ncx: 15.5\ncy: 11.5\n")
+        color, depth = rgb_files(path)[2], depth_files(path)[2]
+    else:
+        path = write_7scenes_sequence(tmp_path / "s", n=5)
+        color, depth = path / "frame-000002.color.png", path / "frame-000002.depth.png"
+    cv2.imwrite(str(color), np.zeros((12, 16, 3), np.uint8))
+    cv2.imwrite(str(depth), np.full((12, 16), 2000, np.uint16))
+    src = open_source(DataConfig(dataset=dataset, path=str(path)))
+    with caplog.at_level(logging.WARNING, logger="slam.data"):
+        frames = list(src)
+    assert [f.index for f in frames] == [0, 1, 3, 4] and {f.color.shape for f in frames} == {(24, 32, 3)}
+    assert src.stats.skipped == 1
+    assert src.stats.skip_reasons[0] == f"{depth}: image is 16x12 but the sequence's frames are 32x24"
+    assert depth.name in caplog.text
+
+
+def test_mid_sequence_depth_of_the_wrong_kind_or_colour_of_another_size_is_a_counted_skip(seq):
+    cv2.imwrite(str(depth_files(seq)[1]), np.full((24, 32), 100, np.uint8))   # an 8-bit depth PNG
+    cv2.imwrite(str(rgb_files(seq)[3]), np.zeros((10, 12, 3), np.uint8))
+    src = tum(seq)
+    assert [f.index for f in src] == [0, 2, 4]
+    assert "depth image must be 16-bit" in src.stats.skip_reasons[0]
+    assert "is 12x10 but" in src.stats.skip_reasons[1] and "must have the same size" in src.stats.skip_reasons[1]
+
+
+def test_a_downscale_that_leaves_no_pixel_is_an_error(seq):
+    assert next(iter(tum(seq, downscale=24))).color.shape == (1, 1, 3)
+    with pytest.raises(FrameError, match=r"data.downscale=25 is larger than the 32x24 images: no pixel would be left"):
+        list(tum(seq, downscale=25))
+
+
 def test_image_size_contradicts_camera_yaml(seq):
     (seq / "camera.yaml").write_text("fx: 30\nfy: 30\ncx: 15\ncy: 11\nwidth: 640\nheight: 480\n")
     with pytest.raises(FrameError, match="calibration is for 640x480"):

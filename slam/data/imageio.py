@@ -4,7 +4,9 @@ Policy (see the loaders' docstrings): a *missing* or *undecodable* file (includi
 JPEG/PNG) is a per-frame problem and raises ``SkipFrame`` (the source warns and skips); a file
 that decodes but has the wrong *kind* of content (an 8-bit depth PNG, a float image where uint16
 millimetres are expected) means the dataset is not what the loader thinks, and raises
-``FrameError`` naming the file: silently rescaling it would deliver wrong depth.
+``FrameError`` naming the file: silently rescaling it would deliver wrong depth. (The folder
+loaders make that fatal on a sequence's first frame and a counted skip after it:
+``slam.data.sequence``.)
 """
 from __future__ import annotations
 

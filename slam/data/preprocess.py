@@ -15,6 +15,7 @@ import numpy as np
 
 from slam.camera import scale_K
 from slam.data.errors import CalibrationError
+from slam.data.frame import FrameError
 
 
 def K_from_params(params: Sequence[float], where: str = "intrinsics") -> np.ndarray:
@@ -131,6 +132,12 @@ class Preprocessor:
         self.K_out = scale_K(self.K, self.s)
 
     def __call__(self, color: np.ndarray, depth: np.ndarray) -> tuple:
+        """(H, W, 3) uint8 colour, (H, W) float32 depth -> (colour, depth, K) of the delivered frame.
+
+        Raises ``FrameError`` when the downscale factor leaves no pixel (H or W < s)."""
+        if depth.shape[0] < self.s or depth.shape[1] < self.s:
+            raise FrameError(f"data.downscale={self.s} is larger than the {depth.shape[1]}x{depth.shape[0]} "
+                             "images: no pixel would be left")
         if self.registration is not None:
             color = self.registration(color, depth)
         if self.undistorter is not None:

@@ -6,10 +6,14 @@ are read one frame at a time while iterating.
 
 Per-frame policy (warn on logger ``slam.data``, count in ``stats``, continue):
 - a missing, empty, truncated or undecodable colour/depth file;
-- a depth image with no valid pixel (all 0, 65535 or NaN) - the tracker cannot use it.
+- a depth image with no valid pixel (all 0, 65535 or NaN) - the tracker cannot use it;
+- after the first delivered frame: a frame whose size differs from the frames delivered so far,
+  whose colour and depth differ in size, or an image of the wrong kind (8-bit or 3-channel depth):
+  one odd frame, the intrinsics and units are for the others.
 Fatal policy (``FrameError`` naming the file):
-- colour and depth of different sizes, depth of the wrong dtype, images that contradict the
-  calibration's stated size - the data is not what the loader thinks, every frame would be wrong;
+- on the first frame: colour and depth of different sizes, images that contradict the
+  calibration's stated size, depth of the wrong dtype - the data is not what the loader thinks,
+  every frame would be wrong;
 - a source that ends without delivering a single frame (everything was skipped), or a selection
   (``first`` past the last frame) that leaves none to read: the latter at open.
 
@@ -80,6 +84,7 @@ class SequenceSource(FrameSource):
                              f"frames (0..{len(entries) - 1})")
         self.depth_units = float(depth_units)
         self.expected_size = expected_size  # (width, height) the calibration was made for
+        self.size: Optional[Tuple[int, int]] = None  # (width, height) of the frames delivered so far
         # color_camera = (data.color_intrinsics, data.color_translation) for unregistered sensors
         registration = ColorRegistration.from_config(K, *color_camera) if color_camera else None
         self.pre = Preprocessor(K, distortion, downscale, registration)
@@ -93,16 +98,28 @@ class SequenceSource(FrameSource):
         return entry.pose
 
     def _load(self, index: int, entry: Entry) -> Frame:
-        color = read_color(entry.color)
-        depth = read_depth(entry.depth, self.depth_units)
+        # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
+        # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
+        bad_size = FrameError if self.size is None else SkipFrame
+        try:
+            color = read_color(entry.color)
+            depth = read_depth(entry.depth, self.depth_units)
+        except FrameError as exc:  # an 8-bit or 3-channel depth image, a float colour image
+            if self.size is None:
+                raise
+            raise SkipFrame(str(exc)) from None
         if color.shape[:2] != depth.shape:
-            raise FrameError(
+            raise bad_size(
                 f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
                 f"{depth.shape[1]}x{depth.shape[0]}: colour and depth must have the same size"
             )
-        if self.expected_size is not None and (depth.shape[1], depth.shape[0]) != tuple(self.expected_size):
+        size = (depth.shape[1], depth.shape[0])
+        if self.size is not None and size != self.size:
+            raise SkipFrame(f"{entry.depth}: image is {size[0]}x{size[1]} but the sequence's frames are "
+                            f"{self.size[0]}x{self.size[1]}")
+        if self.expected_size is not None and size != tuple(self.expected_size):
             raise FrameError(
-                f"{entry.depth}: image is {depth.shape[1]}x{depth.shape[0]} but the calibration is "
+                f"{entry.depth}: image is {size[0]}x{size[1]} but the calibration is "
                 f"for {self.expected_size[0]}x{self.expected_size[1]}"
             )
         bad = ~np.isfinite(depth)
@@ -114,7 +131,9 @@ class SequenceSource(FrameSource):
         frame = Frame(index=index, timestamp=float(entry.timestamp), color=color, depth=depth, K=K,
                       distortion=None, gt_pose=self._read_pose(entry), source_id=str(entry.color),
                       depth_timestamp=entry.depth_timestamp)
-        return validate_frame(frame)
+        frame = validate_frame(frame)
+        self.size = size
+        return frame
 
     def _frames(self) -> Iterator[Frame]:
         delivered = 0
