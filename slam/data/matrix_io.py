@@ -3,7 +3,7 @@ the data lines of the text files the loaders read (TUM lists and trajectories, R
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -44,3 +44,21 @@ def data_lines(path: Path) -> Iterator[Tuple[int, str]]:
             text = line.strip()
             if text and not text.startswith("#"):
                 yield lineno, text
+
+
+RIGID_TOL = 1e-2  # |R^T R - I| and |last row - (0 0 0 1)|: 7-Scenes' printed poses are within 2.4e-4
+
+
+def rigid_problem(T: np.ndarray) -> Optional[str]:
+    """Why a (4, 4) matrix is not a rigid pose (finite, last row 0 0 0 1, rotation orthonormal with
+    determinant +1, all within ``RIGID_TOL``), or None when it is one."""
+    T = np.asarray(T, dtype=np.float64)
+    if not np.all(np.isfinite(T)):
+        return "non-finite value"
+    if not np.allclose(T[3], [0, 0, 0, 1], atol=RIGID_TOL):
+        return f"last row is {T[3].tolist()}, not 0 0 0 1"
+    R = T[:3, :3]
+    off = float(np.abs(R.T @ R - np.eye(3)).max())
+    if off > RIGID_TOL or np.linalg.det(R) <= 0:
+        return f"rotation part is not a rotation (|R^T R - I| = {off:.3g}, det {np.linalg.det(R):.3g})"
+    return None

@@ -23,7 +23,7 @@ import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
-from slam.data.matrix_io import data_lines
+from slam.data.matrix_io import data_lines, rigid_problem
 from slam.data.preprocess import K_from_params
 from slam.data.sequence import Entry, SequenceSource
 
@@ -45,8 +45,9 @@ def read_flat_poses(path: Path) -> np.ndarray:
             T = np.array([float(p) for p in parts], dtype=np.float64).reshape(4, 4)
         except ValueError:
             raise FrameError(f"{path}:{lineno}: not a number in {text[:80]!r}") from None
-        if not np.all(np.isfinite(T)) or not np.allclose(T[3], [0, 0, 0, 1], atol=1e-6):
-            raise FrameError(f"{path}:{lineno}: not a rigid 4x4 pose (non-finite or last row != 0 0 0 1)")
+        problem = rigid_problem(T)
+        if problem is not None:
+            raise FrameError(f"{path}:{lineno}: not a rigid 4x4 pose ({problem})")
         poses.append(T)
     return np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
 

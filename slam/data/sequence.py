@@ -45,8 +45,7 @@ class Entry:
     timestamp: float
     color: Path
     depth: Path
-    pose: Optional[np.ndarray] = None      # (4, 4) T_wc if already known
-    pose_file: Optional[Path] = None       # read lazily (7-Scenes keeps one file per frame)
+    pose: Optional[np.ndarray] = None      # (4, 4) T_wc if known
     depth_timestamp: Optional[float] = None  # s, when the depth was taken, if not at ``timestamp``
 
 

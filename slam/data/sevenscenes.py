@@ -12,8 +12,11 @@ Intrinsics: ``data.intrinsics`` > ``camera-intrinsics.txt`` > the dataset's publ
 Bad input:
 - missing folder, or a folder with no ``frame-*.color.*`` file -> ``DataNotFoundError``.
 - ``camera-intrinsics.txt`` not 3x3 / not a pinhole matrix -> ``CalibrationError``.
-- a pose file that is not 16 numbers -> ``FrameError`` naming it; a pose with inf/NaN (7-Scenes
-  marks tracking failures that way) or a missing pose file -> ``gt_pose = None`` (logged once).
+- a pose file that is not 16 numbers, or not a rigid transform (last row 0 0 0 1, orthonormal
+  rotation) -> ``FrameError`` naming it, at open (pose files are read then: a bad one would
+  otherwise stop the run on its frame, or score it against a wrong pose); a pose with inf/NaN
+  (7-Scenes marks tracking failures that way) or a missing pose file -> ``gt_pose = None``
+  (one warning with the count).
 - missing/unreadable image, all-invalid depth -> per-frame skip (see ``slam.data.sequence``).
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
-from slam.data.matrix_io import read_matrix
+from slam.data.matrix_io import read_matrix, rigid_problem
 from slam.data.preprocess import K_from_params, check_K
 from slam.data.sequence import Entry, SequenceSource
 
@@ -60,12 +63,16 @@ class SevenScenesSource(SequenceSource):
         units = 1000.0 if depth_scale is None else float(depth_scale)
         if units <= 0:
             raise CalibrationError(f"data.depth_scale must be > 0, got {depth_scale}")
-        entries = [
-            Entry(n / SEVEN_SCENES_FPS, p, folder / f"frame-{n:06d}.depth.png",
-                  pose_file=folder / f"frame-{n:06d}.pose.txt")
-            for n, p in frames
-        ]
-        self._warned_pose = False
+        entries, no_pose = [], []
+        for n, p in frames:
+            pose_file = folder / f"frame-{n:06d}.pose.txt"
+            pose, why = read_pose_file(pose_file)
+            if why:
+                no_pose.append(f"{pose_file}: {why}")
+            entries.append(Entry(n / SEVEN_SCENES_FPS, p, folder / f"frame-{n:06d}.depth.png", pose))
+        if no_pose:
+            log.warning("%s: %d of %d frames have no ground truth (first: %s)", folder, len(no_pose), len(frames),
+                        no_pose[0])
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
                          downscale=downscale, where=str(folder), color_camera=color_camera)
 
@@ -83,20 +90,22 @@ class SevenScenesSource(SequenceSource):
         log.info("%s: no camera-intrinsics.txt, using the published 7-Scenes model %s", folder, SEVEN_SCENES_K)
         return K_from_params(SEVEN_SCENES_K)
 
-    def _read_pose(self, entry: Entry) -> Optional[np.ndarray]:
-        if entry.pose_file is None or not entry.pose_file.is_file():
-            self._warn_pose(f"{entry.pose_file}: pose file missing, frame has no ground truth")
-            return None
-        T = read_matrix(entry.pose_file, (4, 4), "pose")
-        if not np.all(np.isfinite(T)):
-            self._warn_pose(f"{entry.pose_file}: pose is not finite (tracking failure marker), frame has no ground truth")
-            return None
-        return T
 
-    def _warn_pose(self, msg: str) -> None:
-        if not self._warned_pose:
-            log.warning(msg + " (further such warnings suppressed)")
-            self._warned_pose = True
+
+def read_pose_file(path: Path) -> Tuple[Optional[np.ndarray], str]:
+    """One ``frame-XXXXXX.pose.txt`` -> ((4, 4) T_wc or None, why None: '' when there is a pose).
+
+    None for a missing file or a non-finite pose (7-Scenes' tracking-failure marker); raises
+    ``FrameError`` naming the file for a wrong count, a non-number or a matrix that is not rigid."""
+    if not path.is_file():
+        return None, "pose file missing"
+    T = read_matrix(path, (4, 4), "pose")
+    if not np.all(np.isfinite(T)):
+        return None, "pose is not finite (tracking failure marker)"
+    problem = rigid_problem(T)
+    if problem is not None:
+        raise FrameError(f"{path}: pose is not a rigid transform ({problem})")
+    return T, ""
 
 
 def seven_scenes_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:
@@ -109,8 +118,8 @@ def seven_scenes_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarra
         m = re.match(r"^frame-(\d+)\.pose\.txt$", p.name)
         if not m:
             continue
-        T = read_matrix(p, (4, 4), "pose")
-        if np.all(np.isfinite(T)):
+        T, _ = read_pose_file(p)
+        if T is not None:
             stamps.append(int(m.group(1)) / SEVEN_SCENES_FPS)
             poses.append(T)
     if not poses:
