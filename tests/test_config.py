@@ -110,6 +110,13 @@ def test_unknown_key_names_key_and_close_match(tmp_path):
         ("viewer.grpc_port=0", r"viewer\.grpc_port / viewer\.web_port: ports 1-65535"),
         ("viewer.server_memory_mb=0", r"viewer\.server_memory_mb: must be >= 1"),
         ("system.switch_interval_ms=0", r"system\.switch_interval_ms: milliseconds in \(0, 1000\]"),
+        ("data.max_time_diff=-1", r"data\.max_time_diff: seconds, must be > 0, got -1"),
+        ("data.max_time_diff=0", r"data\.max_time_diff: seconds, must be > 0, got 0"),
+        ("data.max_time_diff=.nan", r"data\.max_time_diff: expected a number, got nan"),
+        ("tracking.huber_color=.nan", r"tracking\.huber_color: expected a number, got nan"),
+        ("data.depth_scale=0", r"data\.depth_scale: raw depth units per metre, must be > 0"),
+        ("system.device=tpu", r"system\.device: one of auto, cpu, cuda, cuda:N, got 'tpu'"),
+        ("system.device=cuda:x", r"system\.device: one of auto, cpu, cuda, cuda:N"),
     ],
 )
 def test_wrong_values_fail_with_the_key(override, message):

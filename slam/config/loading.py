@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import ipaddress
+import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, List, Literal, Optional
@@ -155,6 +157,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        if math.isnan(value):
+            raise ConfigError(f"{key}: expected a number, got nan")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -239,6 +243,12 @@ def validate(cfg: Config) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
+    if not cfg.data.max_time_diff > 0:
+        raise ConfigError(f"data.max_time_diff: seconds, must be > 0, got {cfg.data.max_time_diff}")
+    if cfg.data.depth_scale is not None and not cfg.data.depth_scale > 0:
+        raise ConfigError(f"data.depth_scale: raw depth units per metre, must be > 0, got {cfg.data.depth_scale}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.system.device):
+        raise ConfigError(f"system.device: one of auto, cpu, cuda, cuda:N, got '{cfg.system.device}'")
     if cfg.data.first < 0:
         raise ConfigError(f"data.first: must be >= 0, got {cfg.data.first}")
     if cfg.data.last is not None and cfg.data.last <= cfg.data.first:
