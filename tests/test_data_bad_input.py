@@ -76,6 +76,24 @@ def test_missing_replica_traj_and_empty_7scenes_folder(tmp_path):
         open_source(DataConfig(dataset="7scenes", path=str(tmp_path / "empty")))
 
 
+def test_an_empty_folder_as_tum_names_the_missing_index_file_not_the_intrinsics(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataNotFoundError, match=r"empty/rgb.txt: index file not found"):
+        tum(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("configured, actual", [("tum", "7scenes"), ("replica", "tum"), ("7scenes", "replica"),
+                                                ("tum", "rosbag")])
+def test_data_of_another_dataset_says_which_it_looks_like(tmp_path, configured, actual):
+    if actual == "rosbag":
+        path = write_bag(tmp_path / "rec.bag", "ros1", n=1)
+    else:
+        write = {"tum": write_tum_sequence, "7scenes": write_7scenes_sequence, "replica": write_replica_sequence}
+        path = write[actual](tmp_path / "seq", n=1)
+    with pytest.raises(FrameError, match=rf"; {path} looks like a {actual} sequence: set data.dataset={actual} "):
+        open_source(DataConfig(dataset=configured, path=str(path), intrinsics=[30.0, 31.0, 15.5, 11.5]))
+
+
 def test_missing_image_in_the_middle_is_skipped(seq, caplog):
     victim = rgb_files(seq)[2]
     victim.unlink()

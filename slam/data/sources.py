@@ -13,7 +13,7 @@ from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
-from slam.data.errors import CalibrationError
+from slam.data.errors import CalibrationError, DownloadError
 from slam.data.fetch import sequence_folder
 from slam.data.frame import Frame, FrameError, FrameSource
 from slam.data.realsense import RealsenseSource
@@ -43,12 +43,44 @@ def data_path(cfg) -> Path:
     return sequence_folder(entry, sequence, download=cfg.download)
 
 
+def looks_like(path: Path) -> Optional[str]:
+    """The dataset a folder's (or file's) layout belongs to, judged by its names only: tum (rgb.txt
+    and depth.txt), 7scenes (frame-XXXXXX.color.*), replica (results/ and traj.txt), rosbag (.bag,
+    .db3, .mcap or a ROS 2 bag folder); None when none fits."""
+    path = Path(path)
+    if path.is_file():
+        return "rosbag" if path.suffix in (".bag", ".db3", ".mcap") else None
+    if not path.is_dir():
+        return None
+    if (path / "rgb.txt").is_file() and (path / "depth.txt").is_file():
+        return "tum"
+    if next(path.glob("frame-*.color.*"), None) is not None:
+        return "7scenes"
+    if (path / "results").is_dir() and (path / "traj.txt").is_file():
+        return "replica"
+    if (path / "metadata.yaml").is_file():
+        return "rosbag"
+    return None
+
+
 def open_source(cfg) -> FrameSource:
     """Open the frame source a ``DataConfig`` describes (nothing is read beyond index files).
 
-    Raises ``DataNotFoundError`` / ``CalibrationError`` / ``FrameError`` with the file and problem.
+    Raises ``DataNotFoundError`` / ``CalibrationError`` / ``FrameError`` with the file and problem;
+    when the data's layout is another dataset's, the message says which (``looks_like``).
     """
     path = data_path(cfg)
+    try:
+        return _open(cfg, path)
+    except FrameError as exc:
+        other = looks_like(path) if not isinstance(exc, DownloadError) else None
+        if other is None or other == cfg.dataset or (other == "rosbag" and cfg.dataset == "realsense"):
+            raise
+        raise type(exc)(f"{exc}; {path} looks like a {other} sequence: set data.dataset={other} "
+                        f"(configs/{other}.yaml)") from None
+
+
+def _open(cfg, path: Path) -> FrameSource:
     common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
     color_camera = None
     if cfg.color_intrinsics is not None or cfg.color_translation is not None:

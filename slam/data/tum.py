@@ -261,10 +261,10 @@ class TumSource(SequenceSource):
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: TUM sequence folder not found")
+        rgb_t, rgb_names = read_file_list(folder / "rgb.txt")   # the layout first: an empty or other
+        dep_t, dep_names = read_file_list(folder / "depth.txt")  # folder has no intrinsics either
         calib = resolve_tum_calibration(folder, intrinsics, distortion, depth_scale)
         self.calibration = calib
-        rgb_t, rgb_names = read_file_list(folder / "rgb.txt")
-        dep_t, dep_names = read_file_list(folder / "depth.txt")
         gt_file = folder / "groundtruth.txt"
         if gt_file.is_file():
             self.gt_t, self.gt_rows = parse_tum_lines(gt_file)
