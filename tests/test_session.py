@@ -136,3 +136,31 @@ def test_a_failing_write_still_detaches_the_log(tmp_path, sample_run, monkeypatc
     with pytest.raises(OSError):
         session.finish()
     assert len(_slam_handlers()) == before and session.metrics is None
+
+
+def test_a_one_frame_quality_summary_is_nan_without_a_numpy_warning():
+    # The first frame has no recent loss level: its ratios are NaN; a one-frame run printed
+    # numpy's "All-NaN slice encountered" on the terminal.
+    import warnings
+    from dataclasses import asdict, dataclass
+
+    from slam.output.metrics import _quality_summary
+
+    @dataclass
+    class Quality:
+        coverage: float
+        loss_ratio: float
+
+        def as_dict(self):
+            return asdict(self)
+
+    class Rec:
+        def __init__(self, q):
+            self.quality = q
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = _quality_summary([Rec(Quality(0.9, float("nan")))])
+        two = _quality_summary([Rec(Quality(0.9, float("nan"))), Rec(Quality(0.7, 2.0))])
+    assert one["coverage"] == pytest.approx(0.9) and one["loss_ratio"] != one["loss_ratio"]
+    assert two == {"coverage": pytest.approx(0.8), "loss_ratio": 2.0}

@@ -97,7 +97,15 @@ def _quality_summary(frames: list) -> Optional[dict]:
     if not qs:
         return None
     keys = qs[0].as_dict().keys()
-    return {k: float(np.nanmedian([getattr(q, k) for q in qs])) for k in keys}
+    return {k: _nanmedian([getattr(q, k) for q in qs]) for k in keys}
+
+
+def _nanmedian(values: list) -> float:
+    """``np.nanmedian`` without its RuntimeWarning on the terminal when every value is NaN (a
+    one-frame run: the first frame has no loss level to compare with): NaN then."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else float("nan")
 
 
 def _round_or_none(x: float):
