@@ -123,6 +123,39 @@ def test_unreadable_images_are_skipped(tmp_path, damage):
     assert victim_c.name in reasons and victim_d.name in reasons
 
 
+def _corrupt_jpeg(path):
+    """An end-of-image marker in the middle of the entropy-coded data: OpenCV decodes the file
+    (its lower part grey), and libjpeg only prints 'premature end of data segment'."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] + b"\xff\xd9" + data[len(data) // 2 + 2:])
+
+
+def test_a_corrupt_jpeg_in_the_middle_is_skipped_not_delivered_half_grey(tmp_path, capfd):
+    seq = write_tum_sequence(tmp_path / "seq", n=4, ext="jpg", w=64, h=48)
+    victim = rgb_files(seq)[2]
+    _corrupt_jpeg(victim)
+    src = tum(seq)
+    assert [f.index for f in src] == [0, 1, 3]
+    assert src.stats.skip_reasons == [f"{victim}: corrupt JPEG (Corrupt JPEG data: premature end of data segment)"]
+    assert "Corrupt JPEG" not in capfd.readouterr().err   # counted and named, not libjpeg's stray line
+
+
+def test_other_output_on_stderr_while_a_jpeg_decodes_is_kept(tmp_path, capfd, monkeypatch):
+    import os
+
+    from slam.data import imageio
+    seq = write_tum_sequence(tmp_path / "seq", n=1, ext="jpg")
+    real = imageio.cv2.imdecode
+
+    def noisy(data, flags):   # another thread logging while the loader decodes
+        os.write(2, b"a line of another thread\n")
+        return real(data, flags)
+
+    monkeypatch.setattr(imageio.cv2, "imdecode", noisy)
+    assert imageio.read_color(rgb_files(seq)[0]).shape == (24, 32, 3)
+    assert capfd.readouterr().err == "a line of another thread\n"
+
+
 def test_every_frame_unusable_is_an_error(seq):
     for p in rgb_files(seq):
         p.unlink()

@@ -1,15 +1,19 @@
 """Reading colour and depth image files into the frame contract's arrays.
 
 Policy (see the loaders' docstrings): a *missing* or *undecodable* file (including a truncated
-JPEG/PNG) is a per-frame problem and raises ``SkipFrame`` (the source warns and skips); a file
-that decodes but has the wrong *kind* of content (an 8-bit depth PNG, a float image where uint16
-millimetres are expected) means the dataset is not what the loader thinks, and raises
-``FrameError`` naming the file: silently rescaling it would deliver wrong depth. (The folder
-loaders make that fatal on a sequence's first frame and a counted skip after it:
-``slam.data.sequence``.)
+JPEG/PNG, and a JPEG whose data libjpeg reports corrupt while decoding it) is a per-frame problem
+and raises ``SkipFrame`` (the source warns and skips); a file that decodes but has the wrong
+*kind* of content (an 8-bit depth PNG, a float image where uint16 millimetres are expected) means
+the dataset is not what the loader thinks, and raises ``FrameError`` naming the file: silently
+rescaling it would deliver wrong depth. (The folder loaders make that fatal on a sequence's first
+frame and a counted skip after it: ``slam.data.sequence``.)
 """
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import cv2
@@ -45,11 +49,55 @@ def _check_complete(path: Path, data: np.ndarray) -> None:
             raise SkipFrame(f"{path}: truncated PNG (no IEND chunk)")
 
 
+# libjpeg's warnings that mean the entropy-coded data is damaged: OpenCV's decoder prints them on
+# the process's stderr and returns the image anyway, partly grey or garbled.
+_JPEG_CORRUPT = ("Corrupt JPEG data", "Premature end of JPEG file")
+_stderr_lock = threading.Lock()
+_stderr_sink = None
+
+
+def _imdecode_watching_stderr(data: np.ndarray, flags: int) -> tuple:
+    """``cv2.imdecode`` with the process's stderr (fd 2) sent to a scratch file while it runs ->
+    (image or None, libjpeg's corruption warnings: list of str). Anything else written there
+    meanwhile (another thread's log line) is written back to stderr, in order. Without an fd 2
+    (closed) the image is decoded unwatched."""
+    global _stderr_sink
+    with _stderr_lock:
+        try:
+            if _stderr_sink is None:
+                _stderr_sink = tempfile.TemporaryFile()
+            _stderr_sink.seek(0)
+            _stderr_sink.truncate()
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):
+            return cv2.imdecode(data, flags), []
+        try:
+            os.dup2(_stderr_sink.fileno(), 2)
+            img = cv2.imdecode(data, flags)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        _stderr_sink.seek(0)
+        text = _stderr_sink.read()
+    corrupt, other = [], []
+    for line in text.decode(errors="replace").splitlines(keepends=True):
+        (corrupt if line.startswith(_JPEG_CORRUPT) else other).append(line)
+    if other:
+        os.write(2, "".join(other).encode())
+    return img, [line.strip() for line in corrupt]
+
+
 def _decode(path: Path, flags: int) -> np.ndarray:
     data = _read_bytes(path)
     _check_complete(path, data)
     try:
-        img = cv2.imdecode(data, flags)
+        if data[:2].tobytes() == b"\xff\xd8":
+            img, corrupt = _imdecode_watching_stderr(data, flags)
+            if corrupt:
+                raise SkipFrame(f"{path}: corrupt JPEG ({corrupt[0]})")
+        else:
+            img = cv2.imdecode(data, flags)
     except cv2.error as exc:
         raise SkipFrame(f"{path}: cannot decode image ({str(exc).strip().splitlines()[-1]})") from None
     if img is None:
