@@ -47,6 +47,9 @@ setup(
         "gsplat>=1.4",
         "open3d>=0.18",
         "opencv-python-headless>=4.8",
+        # JPEG colour images (slam/data/imageio.py): libjpeg-turbo in strict mode reports damaged
+        # data that OpenCV's decoder only prints; wheels for x86-64 and aarch64 (3.10-3.12)
+        "simplejpeg>=1.7",
         "numpy>=1.24",
         "pyyaml>=6",
         "evo>=1.28",

