@@ -41,3 +41,19 @@ def test_a_selection_with_no_frame_is_an_error_not_an_empty_run(tmp_path, capsys
     assert rc == 2
     assert line.endswith("sample: data.first=1000 selects no frame: the sequence has 150 frames (0..149)")
     assert not out.exists()
+
+
+def test_a_run_folder_reused_on_purpose_is_named_in_a_warning(tmp_path, caplog):
+    from slam.config import load_config
+    from slam.output.run_folder import make_run_dir
+
+    cfg = load_config("default.yaml")
+    fresh = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="slam.output.run_folder"):
+        assert make_run_dir(cfg, str(fresh)) == fresh
+        assert not caplog.records
+        (fresh / "metrics.json").write_text("{}")
+        assert make_run_dir(cfg, str(fresh)) == fresh
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{fresh} holds an earlier run: its files are replaced where this run writes them, the others stay "
+        "(log.txt is appended to)"]

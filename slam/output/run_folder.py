@@ -30,6 +30,11 @@ def make_run_dir(cfg: Config, override: Optional[str] = None) -> Path:
         run = Path(cfg.output.root) / name
     if run.exists() and any(run.iterdir()) and cfg.output.name is None and not override:
         run = run.with_name(run.name + _dt.datetime.now().strftime("-%f"))
+    elif (run / "metrics.json").exists():
+        # a folder named on purpose (--out, output.name) is reused: say so, as files this run does
+        # not write (a grid, plots, a mesh of other settings) stay beside the new ones
+        log.warning("%s holds an earlier run: its files are replaced where this run writes them, the others "
+                    "stay (log.txt is appended to)", run)
     run.mkdir(parents=True, exist_ok=True)
     return run
 
