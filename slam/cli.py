@@ -126,8 +126,9 @@ def _stopped_early(exc: BaseException, frames: int, total: Optional[int]) -> str
 
 def _data_path_hint(exc: BaseException, config: str, overrides: list, path: str) -> str:
     """For data that is not where ``data.path`` says (not a failed download, which explains
-    itself): where the path came from and how to give another, appended to the error line."""
-    if not isinstance(exc, DataNotFoundError) or isinstance(exc, DownloadError):
+    itself, nor data of another dataset's layout, whose error names the dataset): where the path
+    came from and how to give another, appended to the error line."""
+    if not isinstance(exc, DataNotFoundError) or isinstance(exc, DownloadError) or getattr(exc, "looks_like", None):
         return ""
     origin = "--set" if any(o.strip().startswith("data.path=") for o in overrides) else config
     return f" (data.path '{path}' from {origin}: give your data with --set data.path=PATH; docs/DATA.md)"

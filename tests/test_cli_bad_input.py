@@ -57,3 +57,13 @@ def test_a_run_folder_reused_on_purpose_is_named_in_a_warning(tmp_path, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         f"{fresh} holds an earlier run: its files are replaced where this run writes them, the others stay "
         "(log.txt is appended to)"]
+
+
+def test_data_of_another_layout_is_named_without_the_data_path_hint(tmp_path, capsys):
+    from data_helpers import write_tum_sequence
+
+    seq = write_tum_sequence(tmp_path / "rgbd_dataset_freiburg1_x", n=2)
+    rc, line = run(capsys, "--config", "7scenes.yaml", "--set", f"data.path={seq}", "--out", str(tmp_path / "run"))
+    assert rc == 2
+    assert line.endswith(f"{seq} looks like a tum sequence: set data.dataset=tum (configs/tum.yaml)")
+    assert "give your data with --set data.path" not in line

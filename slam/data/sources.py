@@ -76,8 +76,10 @@ def open_source(cfg) -> FrameSource:
         other = looks_like(path) if not isinstance(exc, DownloadError) else None
         if other is None or other == cfg.dataset or (other == "rosbag" and cfg.dataset == "realsense"):
             raise
-        raise type(exc)(f"{exc}; {path} looks like a {other} sequence: set data.dataset={other} "
-                        f"(configs/{other}.yaml)") from None
+        hinted = type(exc)(f"{exc}; {path} looks like a {other} sequence: set data.dataset={other} "
+                           f"(configs/{other}.yaml)")
+        hinted.looks_like = other       # the path is right, the dataset is not (run_slam's hint)
+        raise hinted from None
 
 
 def _open(cfg, path: Path) -> FrameSource:
