@@ -226,32 +226,52 @@ def test_in_a_slow_stream_each_keyframe_is_mapped_before_the_next_frame(sample_r
     assert max(lags) == (0 if slow else 1), lags
 
 
-@pytest.mark.parametrize("threaded", [True, False])
-@pytest.mark.parametrize("damage", ["8-bit depth", "colour of another size"])
-def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded, damage):
-    """A generated TUM sequence whose 7th frame is unusable: every frame before it is tracked and
-    saved, the run stops with exit code 2 and one error line naming the file (the last line), and
-    the summary says that the run stopped early and why. The threaded run shows its progress, so
-    the status lines of the phases after the last frame are checked there too."""
-    import cv2
+# run_slam with its source cut after BAD frames, as a recording that ends in damaged data is (a folder
+# dataset skips a bad frame instead: tests/test_data_bad_input.py): the source raises FrameError
+# naming the file of frame BAD when it reaches it.
+_CUT_SOURCE = """
+import sys
+import slam.cli as cli
+from slam.data.frame import FrameError
+bad, victim = int(sys.argv[1]), sys.argv[2]
+real = cli.open_source
+def cut(cfg):
+    src = real(cfg)
+    frames = src._frames
+    def until_bad():
+        for frame in frames():
+            if frame.index == bad:
+                raise FrameError(f"{victim}: unreadable (the recording is cut here)")
+            yield frame
+    src._frames = until_bad
+    return src
+cli.open_source = cut
+sys.exit(cli.main(sys.argv[3:]))
+"""
 
+
+def _run_cli(tmp_path, args, prefix=()):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-c", _CUT_SOURCE, *prefix] if prefix else [sys.executable, "-m", "slam.cli"]
+    return subprocess.run([*cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded):
+    """A generated TUM sequence whose source fails at its 7th frame: every frame before it is tracked
+    and saved, the run stops with exit code 2 and one error line naming the file (the last line),
+    and the summary says that the run stopped early and why. The threaded run shows its progress,
+    so the status lines of the phases after the last frame are checked there too."""
     from data_helpers import write_tum_sequence
     n, bad = 10, 6
     seq = write_tum_sequence(tmp_path / "seq", n=n)
-    if damage == "8-bit depth":
-        victim = sorted((seq / "depth").iterdir())[bad]
-        cv2.imwrite(str(victim), np.full((24, 32), 100, np.uint8))
-    else:
-        victim = sorted((seq / "rgb").iterdir())[bad]
-        cv2.imwrite(str(victim), np.zeros((10, 12, 3), np.uint8))
+    victim = sorted((seq / "depth").iterdir())[bad]
     out = tmp_path / "run"
     args = ["--set", f"data.path={seq}", "--set", "mapping.final_iters=5", "--set", "output.plots=false",
             "--set", f"system.threaded={str(threaded).lower()}", "--out", str(out)]
     if not threaded:
         args.append("--quiet")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "slam.cli", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = _run_cli(tmp_path, args, prefix=(str(bad), str(victim)))
     assert proc.returncode == 2, proc.stderr[-2000:]
     poses = [ln for ln in (out / "trajectory.txt").read_text().splitlines() if not ln.startswith("#")]
     assert len(poses) == bad
@@ -268,3 +288,23 @@ def test_a_fatal_input_error_loses_no_frame_read_before_it(tmp_path, threaded, d
             assert f"run_slam: {phase}" in proc.stderr, phase
     else:
         assert "run_slam: final refinement" not in proc.stderr           # --quiet: no status lines
+
+
+def test_one_odd_frame_mid_sequence_is_skipped_and_named(tmp_path):
+    """A generated TUM sequence whose 7th depth image is an 8-bit PNG (right on the first frame it
+    would be fatal: the units would be wrong for every frame): the run goes on without it, exit 0,
+    the frame counted and its file named in metrics.json."""
+    import cv2
+
+    from data_helpers import write_tum_sequence
+    n, bad = 10, 6
+    seq = write_tum_sequence(tmp_path / "seq", n=n)
+    victim = sorted((seq / "depth").iterdir())[bad]
+    cv2.imwrite(str(victim), np.full((24, 32), 100, np.uint8))
+    out = tmp_path / "run"
+    proc = _run_cli(tmp_path, ["--quiet", "--set", f"data.path={seq}", "--set", "mapping.final_iters=5",
+                               "--set", "output.plots=false", "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["frames"] == n - 1 and m["skipped_frames"] == 1
+    assert len(m["skip_reasons"]) == 1 and str(victim) in m["skip_reasons"][0]
