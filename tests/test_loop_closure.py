@@ -354,3 +354,16 @@ def test_the_pose_graph_puts_a_loop_correction_where_the_tracker_saw_least():
         return abs(_rel(sol.poses, a, b)[0, 3] - _rel(drifted, a, b)[0, 3])
 
     assert moved(4, 5) > 3 * max(moved(i, i + 1) for i in range(9) if i != 4)
+
+
+def test_a_flat_view_without_open3d_is_a_rejection_not_a_crash(monkeypatch):
+    """The flat wall 30 -> 33 needs the RGB-D odometry (open3d); where open3d cannot be imported
+    the measurement says so and the loop stage goes on (a crash there would end the run)."""
+    import sys
+
+    from slam.config import LoopConfig, QualityConfig, TrackingConfig
+    from slam.loop.verify import LoopVerifier
+    old, new, truth, start = _keyframe_pair(30, 33)
+    monkeypatch.setitem(sys.modules, "open3d", None)        # import open3d raises ImportError
+    measured, why = LoopVerifier(LoopConfig(), TrackingConfig(), QualityConfig(), backend="cpu").measure(new, old, start)
+    assert measured is None and why == "measurement: flat view, and open3d (the RGB-D odometry) is not installed"

@@ -193,7 +193,10 @@ class LoopVerifier:
         the information at the pose (``_information``)."""
         if fit.conditioning >= ICP_DEGENERATE:
             return Measurement(fit.T, self._information(fit), "icp"), None
-        T = rgbd_odometry(new, old, fit.T)
+        try:
+            T = rgbd_odometry(new, old, fit.T)
+        except ImportError:     # open3d is a core dependency, but an install may lack it: no crash
+            return None, "measurement: flat view, and open3d (the RGB-D odometry) is not installed"
         if T is None:
             return None, "measurement: flat view and RGB-D odometry between the two keyframes did not converge"
         return Measurement(T, self._information(self._icp(new, old, T, iters=0)), "rgbd"), None
