@@ -24,6 +24,8 @@ JPEG_START = b"\xff\xd8"
 
 
 def _read_bytes(path: Path) -> np.ndarray:
+    """The file's bytes (uint8); ``SkipFrame`` when missing, unreadable, empty or a truncated
+    JPEG/PNG (``_check_complete``)."""
     try:
         data = np.fromfile(str(path), dtype=np.uint8)
     except FileNotFoundError:
@@ -32,6 +34,7 @@ def _read_bytes(path: Path) -> np.ndarray:
         raise SkipFrame(f"{path}: cannot read ({exc.strerror or exc})") from None
     if data.size == 0:
         raise SkipFrame(f"{path}: file is empty")
+    _check_complete(path, data)
     return data
 
 
@@ -59,9 +62,7 @@ def _decode_jpeg(path: Path, data: np.ndarray) -> np.ndarray:
 
 
 def _decode(path: Path, flags: int) -> np.ndarray:
-    data = _read_bytes(path)
-    _check_complete(path, data)
-    return _decode_bytes(path, data, flags)
+    return _decode_bytes(path, _read_bytes(path), flags)
 
 
 def _decode_bytes(path: Path, data: np.ndarray, flags: int) -> np.ndarray:
@@ -78,7 +79,6 @@ def read_color(path: str | Path) -> np.ndarray:
     """Read a colour image (PNG/JPEG, 8-bit; grey images are expanded) -> (H, W, 3) uint8 RGB."""
     path = Path(path)
     data = _read_bytes(path)
-    _check_complete(path, data)
     if data[:2].tobytes() == JPEG_START:
         return _decode_jpeg(path, data)
     img = _decode_bytes(path, data, cv2.IMREAD_UNCHANGED)

@@ -93,34 +93,38 @@ class SequenceSource(FrameSource):
         return len(self.entries)
 
     # ------------------------------------------------------------------ per-frame loading
-    def _read_pose(self, entry: Entry) -> Optional[np.ndarray]:
-        return entry.pose
-
-    def _load(self, index: int, entry: Entry) -> Frame:
-        # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
-        # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
-        bad_size = FrameError if self.size is None else SkipFrame
-        try:
-            color = read_color(entry.color)
-            depth = read_depth(entry.depth, self.depth_units)
-        except FrameError as exc:  # an 8-bit or 3-channel depth image, a float colour image
-            if self.size is None:
-                raise
-            raise SkipFrame(str(exc)) from None
+    def _images(self, entry: Entry) -> Tuple[np.ndarray, np.ndarray]:
+        """(colour (H, W, 3) uint8, depth (H, W) float32 m) of ``entry``; ``FrameError`` naming the
+        file when an image is of the wrong kind or its size disagrees with the other image, the
+        frames delivered so far or the calibration."""
+        color = read_color(entry.color)
+        depth = read_depth(entry.depth, self.depth_units)
         if color.shape[:2] != depth.shape:
-            raise bad_size(
+            raise FrameError(
                 f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
                 f"{depth.shape[1]}x{depth.shape[0]}: colour and depth must have the same size"
             )
         size = (depth.shape[1], depth.shape[0])
         if self.size is not None and size != self.size:
-            raise SkipFrame(f"{entry.depth}: image is {size[0]}x{size[1]} but the sequence's frames are "
-                            f"{self.size[0]}x{self.size[1]}")
+            raise FrameError(f"{entry.depth}: image is {size[0]}x{size[1]} but the sequence's frames are "
+                             f"{self.size[0]}x{self.size[1]}")
         if self.expected_size is not None and size != tuple(self.expected_size):
             raise FrameError(
                 f"{entry.depth}: image is {size[0]}x{size[1]} but the calibration is "
                 f"for {self.expected_size[0]}x{self.expected_size[1]}"
             )
+        return color, depth
+
+    def _load(self, index: int, entry: Entry) -> Frame:
+        # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
+        # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
+        try:
+            color, depth = self._images(entry)
+        except FrameError as exc:
+            if self.size is None:
+                raise
+            raise SkipFrame(str(exc)) from None
+        size = (depth.shape[1], depth.shape[0])
         bad = ~np.isfinite(depth)
         if bad.any():
             depth[bad] = 0.0
@@ -128,7 +132,7 @@ class SequenceSource(FrameSource):
             raise SkipFrame(f"{entry.depth}: depth has no valid pixel (all 0/65535/NaN)")
         color, depth, K = self.pre(color, depth)
         frame = Frame(index=index, timestamp=float(entry.timestamp), color=color, depth=depth, K=K,
-                      distortion=None, gt_pose=self._read_pose(entry), source_id=str(entry.color),
+                      distortion=None, gt_pose=entry.pose, source_id=str(entry.color),
                       depth_timestamp=entry.depth_timestamp)
         frame = validate_frame(frame)
         self.size = size
@@ -157,7 +161,7 @@ class SequenceSource(FrameSource):
         """
         stamps, poses = [], []
         for entry in self.all_entries:
-            pose = self._read_pose(entry)
+            pose = entry.pose
             if pose is not None:
                 stamps.append(entry.timestamp)
                 poses.append(pose)
