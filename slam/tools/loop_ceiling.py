@@ -56,7 +56,9 @@ def corrected_trajectory(poses: np.ndarray, ref: np.ndarray, keyframes: list, so
 
 
 def ground_truth(cfg) -> tuple[np.ndarray, np.ndarray]:
-    """(stamps (G,), poses (G, 4, 4)) of the sequence's ground truth; SystemExit without one."""
+    """(stamps (G,), poses (G, 4, 4)) of the sequence's frames that have ground truth, as the loader
+    gives it to them (TUM: interpolated at the colour's time; ``load_ground_truth`` returns the raw
+    samples instead); SystemExit without one."""
     from slam.data.sources import open_source
 
     stamps, poses = [], []
@@ -137,7 +139,7 @@ def _median(rows: list, key: str) -> Optional[tuple]:
 
 def main(argv: Optional[list] = None) -> int:
     """Prints the measurement and ceiling tables; 0 when done."""
-    from slam.config import LoopConfig, load_config
+    from slam.config import load_config
     from slam.data.trajectory_io import read_tum_trajectory
     from slam.eval.depth_consistency import revisit_pairs
     from slam.eval.trajectory import evaluate_ate
@@ -174,7 +176,7 @@ def main(argv: Optional[list] = None) -> int:
     if not pairs:
         return 0
 
-    loop_cfg = cfg.loop if isinstance(cfg.loop, LoopConfig) else LoopConfig()
+    loop_cfg = cfg.loop
     verifier = LoopVerifier(loop_cfg, cfg.tracking, cfg.quality, backend="cpu")
     rows = measurement_rows(pairs, verifier, gt_of)
     print("\nagainst the ground truth's relative pose (median over pairs: cm, deg)")
