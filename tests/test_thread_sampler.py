@@ -1,0 +1,44 @@
+"""The thread sampler attributes a thread's time to the line it is blocked on."""
+import threading
+import time
+
+from slam.tools.thread_sampler import ThreadSampler, _where
+
+
+def _blocked_in_sleep(stop: threading.Event) -> None:
+    while not stop.is_set():
+        time.sleep(0.05)
+
+
+def test_a_sleeping_thread_is_sampled_at_its_line():
+    stop = threading.Event()
+    worker = threading.Thread(target=_blocked_in_sleep, args=(stop,), name="worker")
+    worker.start()
+    sampler = ThreadSampler(0.002).start()
+    time.sleep(0.4)
+    sampler.stop()
+    stop.set()
+    worker.join()
+    counts = sampler.counts["worker"]
+    assert sampler.samples["worker"] >= 20
+    (where, inner), n = counts.most_common(1)[0]
+    # This test file is not package code: the worker's own frames are "outside the package".
+    assert where == "(outside the package)" and inner == "_blocked_in_sleep"
+    assert n >= 0.9 * sampler.samples["worker"]
+    assert "sampler" not in sampler.samples           # it never samples itself
+    assert "worker:" in sampler.report(3)
+
+
+def test_a_thread_blocked_in_package_code_shows_that_line():
+    from slam.runtime.channel import Channel
+
+    ch = Channel(1)
+    worker = threading.Thread(target=ch.get, name="consumer")
+    worker.start()
+    time.sleep(0.05)
+    frame = __import__("sys")._current_frames()[worker.ident]
+    where, inner = _where(frame)
+    ch.put(1)
+    worker.join()
+    assert where.startswith("slam/runtime/channel.py:") and " get" in where
+    assert inner == "wait"                            # threading.Condition.wait, outside the package
