@@ -42,3 +42,14 @@ def test_a_thread_blocked_in_package_code_shows_that_line():
     worker.join()
     assert where.startswith("slam/runtime/channel.py:") and " get" in where
     assert inner == "wait"                            # threading.Condition.wait, outside the package
+
+
+def test_the_tool_samples_a_short_run_of_the_sample(tmp_path, capsys, sample_run):
+    from slam.tools.thread_sampler import main
+
+    sets = sum((["--set", s] for s in ["data.last=8", *sample_run.FAST]), [])
+    assert main([*sets, "--interval-ms", "1", "--top", "3", "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "run" / "metrics.json").exists()
+    for thread in ("tracking", "mapping", "caller (frames)"):
+        assert f"\n{thread}: " in out, out[-2000:]

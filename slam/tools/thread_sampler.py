@@ -99,13 +99,15 @@ def main(argv=None) -> int:
     out = args.out or tempfile.mkdtemp(prefix="thread_sampler_")
     run_args = ["--config", args.config, *sum((["--set", s] for s in args.set), []),
                 "--set", "output.plots=false", "--quiet", "--out", out]
-    threading.current_thread().name = "caller (frames)"
+    caller, name = threading.current_thread(), threading.current_thread().name
+    caller.name = "caller (frames)"
     sampler = ThreadSampler(args.interval_ms / 1000.0).start()
     t0 = time.perf_counter()
     try:
         code = run_slam(run_args)
     finally:
         sampler.stop()
+        caller.name = name
     print(f"run: {time.perf_counter() - t0:.1f} s, exit {code}, folder {out}; "
           f"one sample every {args.interval_ms:g} ms")
     print(sampler.report(args.top))
