@@ -6,8 +6,10 @@ Python, about 2.5 ms of host time against 0.35 ms of GPU time on an H200 (7-Scen
 320x240): the mapper was host-bound. Here the step is captured once per keyframe, when the sphere
 count is fixed for that keyframe's iterations, over static inputs: the keyframe's compact images
 and pose (copied in before each replay) and a leaf view of the live rows (the map's own memory, so
-each replay reads the rows the last one updated). Per step the host then makes three copies and
-one graph launch.
+each replay reads the rows the last one updated). Per step the host then queues three copies and
+one graph launch. The copies come from page-locked host buffers (``PinnedKeyframes``): a copy
+from pageable memory waits for the stream, i.e. for the replay before it, and made the host wait
+out every step (H200, 7-Scenes: a quarter of the mapping thread's time).
 
 The render inside the graph cannot wait for the binning's pair count, so it bins with room for
 ``capacity`` pairs (``rasterizer.PairRoom``): the most pairs any render of this mapper has needed,
@@ -22,6 +24,7 @@ its Adam runs on the host), keyframes of another size or camera than the first s
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,6 +41,51 @@ from slam.map.keyframes import Keyframe, KeyframeView
 HEADROOM = 1.5
 ROOM_STEP = 1 << 16                 # capacity rounded up to this many pairs
 MIN_STEPS = 4                       # fewer steps than this: queued kernels (a capture costs ~1 step)
+# Page-locked keyframe sets kept (least recently used reused first): more than a keyframe's steps
+# use (the window plus its random keyframes), so those never wait; the final refinement's steps
+# over the whole store reuse sets, each after its last copy ran. Not a tuning value: 12 sets of a
+# 320x240 keyframe are 4.6 MB of host memory.
+PINNED_SETS = 12
+
+
+class PinnedKeyframes:
+    """Page-locked host copies of keyframes (colour, depth, T_cw) for the step graph's input
+    copies, at most ``limit`` sets of one image size, reused least recently used first; a set is
+    rewritten only after the copy that last read it has run (its event). Mapping thread."""
+
+    def __init__(self, shape: tuple, limit: int = PINNED_SETS) -> None:
+        self.shape, self.limit = shape, limit          # (H, W) of the keyframes' depth
+        self.sets: OrderedDict = OrderedDict()       # kf_id -> [color, depth, T_cw, event, written in run]
+        self.run = 0
+
+    def start_run(self) -> None:
+        """A new run of steps: each keyframe's set is written again at its first use (a pose may
+        have moved since the last run)."""
+        self.run += 1
+
+    def get(self, kf: Keyframe) -> list:
+        """``kf``'s set: [(H, W, 3) uint8 colour, (H, W) float16 depth in metres, (4, 4) float32
+        T_cw (host, page-locked), the event of the last copy from it, the run it was written in],
+        written from ``kf`` at its first use in this run."""
+        entry = self.sets.pop(kf.kf_id, None)
+        if entry is None:
+            if len(self.sets) < self.limit:
+                h, w = self.shape
+                entry = [torch.empty((h, w, 3), dtype=torch.uint8).pin_memory(),
+                         torch.empty((h, w), dtype=torch.float16).pin_memory(),
+                         torch.empty((4, 4), dtype=torch.float32).pin_memory(), None, None]
+            else:
+                entry = self.sets.popitem(last=False)[1]
+                entry[4] = None                      # it holds another keyframe
+        self.sets[kf.kf_id] = entry
+        if entry[4] != self.run:
+            if entry[3] is not None:
+                entry[3].synchronize()               # the last copy from this set has run
+            np.copyto(entry[0].numpy(), kf.color)
+            np.copyto(entry[1].numpy(), kf.depth)
+            np.copyto(entry[2].numpy(), invert(kf.T_wc))
+            entry[4] = self.run
+        return entry
 
 
 class StepGraph:
@@ -52,6 +100,7 @@ class StepGraph:
         self.stream = torch.cuda.Stream(device)      # captures run here (slam.cuda_graphs)
         self.images: Optional[tuple] = None          # static (color uint8, depth float16, T_cw; K on the host)
         self.key = None                              # (image shape, K) of the static images
+        self.pinned: Optional[PinnedKeyframes] = None   # page-locked keyframes of that size
         self.most = 0                                # most pairs seen (host copy)
         self.captures = 0
         self.overflows = 0
@@ -78,8 +127,9 @@ class StepGraph:
         try:
             self._allocate(keyframes[0])
             graph, loss = self._capture(rows, stats, update)
+            self.pinned.start_run()
             for kf in keyframes:
-                self._load(kf)
+                self._load(self.pinned.get(kf))
                 graph.replay()
             value = float(loss)
         finally:
@@ -102,14 +152,15 @@ class StepGraph:
                            torch.empty((4, 4), dtype=torch.float32, device=self.device),
                            torch.as_tensor(kf.K, dtype=torch.float32))
             self.key = key
+            self.pinned = PinnedKeyframes((h, w))
 
-    def _load(self, kf: Keyframe) -> None:
-        """Copy ``kf``'s compact images and pose into the static inputs (stream-ordered; ``usable``
-        checked that ``kf`` has their size and camera)."""
-        color, depth, T_cw, _ = self.images
-        color.copy_(torch.from_numpy(kf.color), non_blocking=True)
-        depth.copy_(torch.from_numpy(kf.depth), non_blocking=True)
-        T_cw.copy_(torch.as_tensor(invert(kf.T_wc), dtype=torch.float32), non_blocking=True)
+    def _load(self, entry: list) -> None:
+        """Queue the copies of one keyframe's page-locked set (``PinnedKeyframes.get``) into the
+        static inputs, then its event (``usable`` checked the keyframe's size and camera)."""
+        for static, host in zip(self.images[:3], entry[:3]):
+            static.copy_(host, non_blocking=True)
+        entry[3] = torch.cuda.Event()
+        entry[3].record()
 
     def _capture(self, rows, stats, update):
         """Capture ``update`` over the static inputs (sharing the last graph's memory pool, which
