@@ -83,3 +83,50 @@ def test_bundled_sample_default_config():
     assert f.color.dtype == np.uint8 and f.depth.dtype == np.float32 and f.gt_pose is not None
     assert f.depth.shape == f.color.shape[:2] and (f.depth > 0).mean() > 0.5
     assert f.K[0, 0] > 0 and f.distortion is None
+
+
+def _damage(seq):
+    """Frame 3's depth truncated, frame 5's colour missing, frame 7's depth of another size."""
+    import cv2
+    depths, colors = sorted((seq / "depth").iterdir()), sorted((seq / "rgb").iterdir())
+    data = depths[3].read_bytes()
+    depths[3].write_bytes(data[: len(data) // 2])
+    colors[5].unlink()
+    cv2.imwrite(str(depths[7]), np.full((8, 8), 5000, np.uint16))
+
+
+def test_reading_ahead_delivers_the_frames_and_skips_of_reading_one_at_a_time(tum_seq):
+    _damage(tum_seq)
+    runs = {}
+    for threads in (0, 1, 3):
+        src = open_source(DataConfig(dataset="tum", path=str(tum_seq), read_threads=threads))
+        assert src.read_threads == threads
+        frames = list(src)
+        runs[threads] = ([f.index for f in frames], [f.depth for f in frames], list(src.stats.skip_reasons))
+    indices, depths, skips = runs[0]
+    assert indices == [0, 1, 2, 4, 6, 8, 9] and len(skips) == 3
+    for threads in (1, 3):
+        assert runs[threads][0] == indices and runs[threads][2] == skips
+        assert all(np.array_equal(a, b) for a, b in zip(runs[threads][1], depths))
+
+
+def test_a_consumer_that_stops_early_ends_the_read_threads(tum_seq):
+    import threading
+    import time
+
+    src = open_source(DataConfig(dataset="tum", path=str(tum_seq), read_threads=2))
+    frames = iter(src)
+    next(frames), next(frames)
+    assert any(t.name.startswith("frame-reader") for t in threading.enumerate())
+    frames.close()
+    deadline = time.monotonic() + 5.0
+    while any(t.name.startswith("frame-reader") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name.startswith("frame-reader") for t in threading.enumerate())
+
+
+def test_read_threads_must_not_be_negative():
+    from slam.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="data.read_threads"):
+        load_config("default.yaml", ["data.read_threads=-1"])

@@ -243,6 +243,8 @@ def validate(cfg: Config) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key}: must be >= 1, got {value}")
+    if cfg.data.read_threads < 0:
+        raise ConfigError(f"data.read_threads: must be >= 0 (0: read in the caller's thread), got {cfg.data.read_threads}")
     if not cfg.data.max_time_diff > 0:
         raise ConfigError(f"data.max_time_diff: seconds, must be > 0, got {cfg.data.max_time_diff}")
     if cfg.data.depth_scale is not None and not cfg.data.depth_scale > 0:

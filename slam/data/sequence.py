@@ -2,7 +2,10 @@
 
 A loader builds a list of ``Entry`` (file names, timestamps, pose) from its index files, which is
 cheap; ``first``/``last``/``stride`` slice that list, so unselected frames are never read. Images
-are read one frame at a time while iterating.
+are read and decoded ahead on ``read_threads`` worker threads (``data.read_threads``; the decoders
+release the interpreter lock), a few frames ahead of the consumer; every check and rule below runs
+in the consumer's thread in frame order, so the frames, skips and errors are those of reading one
+frame at a time (``read_threads`` 0).
 
 Per-frame policy (warn on logger ``slam.data``, count in ``stats``, continue):
 - a missing, empty, truncated or undecodable colour/depth file;
@@ -23,6 +26,8 @@ gap, so indices stay tied to the files on disk. ``Frame.source_id`` names the co
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
@@ -65,10 +70,17 @@ def skip_frame(stats, reason: str) -> None:
     stats.skip(reason)
 
 
+# Frames decoded ahead per read thread: enough to keep each thread busy while the consumer takes
+# the last one; not a tuning value (memory: a decoded 640x480 frame is 2.1 MB).
+AHEAD_PER_THREAD = 2
+
+
 class SequenceSource(FrameSource):
-    """Streams the selected ``Entry`` list of an on-disk dataset (see module docstring)."""
+    """Streams the selected ``Entry`` list of an on-disk dataset (see module docstring).
+    ``read_threads``: threads that read and decode images ahead (0: in the consumer's thread)."""
 
     name = "sequence"
+    read_threads = 2
 
     def __init__(self, entries: List[Entry], K: np.ndarray, distortion: Optional[np.ndarray],
                  depth_units: float, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
@@ -93,12 +105,17 @@ class SequenceSource(FrameSource):
         return len(self.entries)
 
     # ------------------------------------------------------------------ per-frame loading
-    def _images(self, entry: Entry) -> Tuple[np.ndarray, np.ndarray]:
-        """(colour (H, W, 3) uint8, depth (H, W) float32 m) of ``entry``; ``FrameError`` naming the
-        file when an image is of the wrong kind or its size disagrees with the other image, the
-        frames delivered so far or the calibration."""
-        color = read_color(entry.color)
-        depth = read_depth(entry.depth, self.depth_units)
+    def _decode(self, entry: Entry) -> Tuple[np.ndarray, np.ndarray]:
+        """(colour (H, W, 3) uint8, depth (H, W) float32 m) as read from ``entry``'s files
+        (``SkipFrame`` or ``FrameError`` as ``read_color`` / ``read_depth`` raise them). Reads no
+        state of the source: runs on the read threads."""
+        return read_color(entry.color), read_depth(entry.depth, self.depth_units)
+
+    def _images(self, entry: Entry, decoded: Future) -> Tuple[np.ndarray, np.ndarray]:
+        """``entry``'s images (``decoded``: the future of ``_decode(entry)``, its errors raised
+        here); ``FrameError`` naming the file when an image is of the wrong kind or its size
+        disagrees with the other image, the frames delivered so far or the calibration."""
+        color, depth = decoded.result()
         if color.shape[:2] != depth.shape:
             raise FrameError(
                 f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
@@ -115,11 +132,11 @@ class SequenceSource(FrameSource):
             )
         return color, depth
 
-    def _load(self, index: int, entry: Entry) -> Frame:
+    def _load(self, index: int, entry: Entry, decoded: Future) -> Frame:
         # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
         # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
         try:
-            color, depth = self._images(entry)
+            color, depth = self._images(entry, decoded)
         except FrameError as exc:
             if self.size is None:
                 raise
@@ -138,11 +155,37 @@ class SequenceSource(FrameSource):
         self.size = size
         return frame
 
+    def _decoded(self) -> Iterator[Tuple[int, Entry, Future]]:
+        """(index, entry, future of its ``_decode``) in order, decoded up to
+        ``AHEAD_PER_THREAD * read_threads`` frames ahead on the read threads; the threads end
+        (queued decodes cancelled) when the consumer stops."""
+        if self.read_threads <= 0:
+            for index, entry in enumerate(self.entries):
+                done: Future = Future()
+                try:
+                    done.set_result(self._decode(entry))
+                except Exception as exc:  # noqa: BLE001 - raised where the consumer takes the result
+                    done.set_exception(exc)
+                yield index, entry, done
+            return
+        pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="frame-reader")
+        try:
+            pending: deque = deque()
+            todo = iter(enumerate(self.entries))
+            for index, entry in todo:
+                pending.append((index, entry, pool.submit(self._decode, entry)))
+                if len(pending) >= AHEAD_PER_THREAD * self.read_threads:
+                    yield pending.popleft()
+            while pending:
+                yield pending.popleft()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def _frames(self) -> Iterator[Frame]:
         delivered = 0
-        for index, entry in enumerate(self.entries):
+        for index, entry, decoded in self._decoded():
             try:
-                frame = self._load(index, entry)
+                frame = self._load(index, entry, decoded)
             except SkipFrame as skip:
                 skip_frame(self.stats, skip.reason)
                 continue

@@ -20,6 +20,7 @@ from slam.data.realsense import RealsenseSource
 from slam.data.registry import lookup
 from slam.data.replica import ReplicaSource, replica_ground_truth
 from slam.data.rosbag import RosbagSource
+from slam.data.sequence import SequenceSource
 from slam.data.sevenscenes import SevenScenesSource, seven_scenes_ground_truth
 from slam.data.tum import TumSource, tum_ground_truth
 from slam.resources import resolve_data_path
@@ -110,6 +111,8 @@ def _open(cfg, path: Path) -> FrameSource:
                               depth_scale=cfg.depth_scale, **common)
     else:
         raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
+    if isinstance(src, SequenceSource):
+        src.read_threads = cfg.read_threads
     repeat = int(getattr(cfg, "repeat", 1) or 1)
     return RepeatSource(src, repeat) if repeat > 1 else src
 
