@@ -171,8 +171,7 @@ class SequenceSource(FrameSource):
         pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="frame-reader")
         try:
             pending: deque = deque()
-            todo = iter(enumerate(self.entries))
-            for index, entry in todo:
+            for index, entry in enumerate(self.entries):
                 pending.append((index, entry, pool.submit(self._decode, entry)))
                 if len(pending) >= AHEAD_PER_THREAD * self.read_threads:
                     yield pending.popleft()
