@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from slam.config import DataConfig
 from slam.data.errors import SkipFrame
 from slam.data.frame import Frame, FrameError, FrameSource, validate_frame
 from slam.data.imageio import read_color, read_depth
@@ -80,7 +82,7 @@ class SequenceSource(FrameSource):
     ``read_threads``: threads that read and decode images ahead (0: in the consumer's thread)."""
 
     name = "sequence"
-    read_threads = 2
+    read_threads = DataConfig.read_threads
 
     def __init__(self, entries: List[Entry], K: np.ndarray, distortion: Optional[np.ndarray],
                  depth_units: float, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
@@ -111,11 +113,11 @@ class SequenceSource(FrameSource):
         state of the source: runs on the read threads."""
         return read_color(entry.color), read_depth(entry.depth, self.depth_units)
 
-    def _images(self, entry: Entry, decoded: Future) -> Tuple[np.ndarray, np.ndarray]:
-        """``entry``'s images (``decoded``: the future of ``_decode(entry)``, its errors raised
-        here); ``FrameError`` naming the file when an image is of the wrong kind or its size
-        disagrees with the other image, the frames delivered so far or the calibration."""
-        color, depth = decoded.result()
+    def _images(self, entry: Entry, decoded: Callable[[], tuple]) -> Tuple[np.ndarray, np.ndarray]:
+        """``entry``'s images (``decoded()``: ``_decode(entry)``'s result, its errors raised here);
+        ``FrameError`` naming the file when an image is of the wrong kind or its size disagrees
+        with the other image, the frames delivered so far or the calibration."""
+        color, depth = decoded()
         if color.shape[:2] != depth.shape:
             raise FrameError(
                 f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
@@ -132,7 +134,7 @@ class SequenceSource(FrameSource):
             )
         return color, depth
 
-    def _load(self, index: int, entry: Entry, decoded: Future) -> Frame:
+    def _load(self, index: int, entry: Entry, decoded: Callable[[], tuple]) -> Frame:
         # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
         # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
         try:
@@ -155,24 +157,20 @@ class SequenceSource(FrameSource):
         self.size = size
         return frame
 
-    def _decoded(self) -> Iterator[Tuple[int, Entry, Future]]:
-        """(index, entry, future of its ``_decode``) in order, decoded up to
-        ``AHEAD_PER_THREAD * read_threads`` frames ahead on the read threads; the threads end
-        (queued decodes cancelled) when the consumer stops."""
+    def _decoded(self) -> Iterator[Tuple[int, Entry, Callable[[], tuple]]]:
+        """(index, entry, a call that returns its ``_decode``) in order: decoded up to
+        ``AHEAD_PER_THREAD * read_threads`` frames ahead on the read threads (the call waits for
+        the result), or at the call with no read threads. The threads end (queued decodes
+        cancelled) when the consumer stops."""
         if self.read_threads <= 0:
             for index, entry in enumerate(self.entries):
-                done: Future = Future()
-                try:
-                    done.set_result(self._decode(entry))
-                except Exception as exc:  # noqa: BLE001 - raised where the consumer takes the result
-                    done.set_exception(exc)
-                yield index, entry, done
+                yield index, entry, partial(self._decode, entry)
             return
         pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="frame-reader")
         try:
             pending: deque = deque()
             for index, entry in enumerate(self.entries):
-                pending.append((index, entry, pool.submit(self._decode, entry)))
+                pending.append((index, entry, pool.submit(self._decode, entry).result))
                 if len(pending) >= AHEAD_PER_THREAD * self.read_threads:
                     yield pending.popleft()
             while pending:
