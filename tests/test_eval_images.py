@@ -43,3 +43,37 @@ def test_depth_l1_over_valid_target_pixels():
     assert depth_l1(pred, target) == pytest.approx(1.25)
     with pytest.raises(ValueError, match="no valid pixel"):
         depth_l1(pred, torch.zeros(2, 2))
+
+
+def test_keyframe_psnr_over_valid_depth_leaves_out_pixels_no_sphere_can_explain():
+    """The run's image metrics: ``psnr`` over every pixel, ``psnr_valid_depth`` over the pixels
+    with valid observed depth. A map seeded from depth renders nothing where the depth is missing
+    (here the right half): the whole-image figure counts that, the valid-depth one does not."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rasterizer import RasterOutput
+    from slam.map.keyframes import Keyframe
+    from slam.output.metrics import image_metrics
+
+    rng = np.random.default_rng(0)
+    color = rng.integers(50, 200, (12, 16, 3), dtype=np.uint8)
+    depth = np.zeros((12, 16), np.float16)
+    depth[:, :8] = 1.5
+    K = np.array([[20.0, 0, 8], [0, 20.0, 6], [0, 0, 1]])
+    kf = Keyframe(0, 0.0, np.eye(4), color, depth, K, kf_id=0)
+    seen = torch.from_numpy(depth.astype(np.float32) > 0)
+
+    def render(K, width, height, T_wc=None, backend="cpu"):
+        """What a map seeded from the keyframe's depth renders: its colour + 0.01 where the depth
+        is valid (MSE 1e-4: 40 dB), nothing elsewhere."""
+        rgb = torch.from_numpy(color.astype(np.float32) / 255.0) + 0.01
+        return RasterOutput(rgb * seen[..., None], torch.from_numpy(depth.astype(np.float32)), seen.float())
+
+    result = SimpleNamespace(snapshot=SimpleNamespace(render=render), keyframes=[kf], backend="cpu")
+    m = image_metrics(result)
+    assert m["psnr_valid_depth"] == pytest.approx(40.0, abs=0.01)
+    assert m["psnr"] < 15.0                       # the empty half: an error of the colour itself
+    assert m["depth_l1_m"] == pytest.approx(0.0, abs=1e-6)
+    assert m["keyframes"] == 1

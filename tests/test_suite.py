@@ -172,9 +172,10 @@ def test_median_and_spread_over_repeats_leave_out_failed_runs_and_missing_keys(t
     storage = RunStorage(str(tmp_path))
     revisit = {"final_mm": 11.0, "as_tracked_mm": 30.5, "ground_truth_mm": None}
     a_runs = [_metrics(0.021, 4.0, 2, quality_detector={"false_alarms": 1, "misses": 0},
-                       revisit_depth_consistency=revisit),
+                       revisit_depth_consistency=revisit, images={"psnr": 16.25, "psnr_valid_depth": 23.5}),
               _metrics(0.034, 5.0, 4, quality_detector={"false_alarms": 3, "misses": 2},
-                       revisit_depth_consistency={**revisit, "final_mm": 13.0}), None]
+                       revisit_depth_consistency={**revisit, "final_mm": 13.0},
+                       images={"psnr": 16.25, "psnr_valid_depth": 23.0}), None]
     b_runs = [_metrics(None, 6.0, 0), _metrics(None, 7.0, 0), _metrics(None, 8.0, 0)]  # no ground truth
     outcomes = {}
     for job, m in zip(jobs, a_runs + b_runs):
@@ -210,6 +211,8 @@ def test_median_and_spread_over_repeats_leave_out_failed_runs_and_missing_keys(t
     assert row_b["ATE cm (all frames)"] == "n/a" and row_b["runs"] == "3"
     revisit_col = "revisit depth mm: final / as tracked / ground truth"
     assert row_a[revisit_col] == "12.0 / 30.5 / n/a" and row_b[revisit_col] == "n/a"
+    psnr_col = "keyframe PSNR dB: all / valid depth"
+    assert row_a[psnr_col] == "16.25 / 23.25 [23.00-23.50]" and row_b[psnr_col] == "n/a"
     assert "run_slam: bad input: frame 3 unreadable" in text and "a note" in text
     rows = list(csv.DictReader(io.StringIO(to_csv(summary))))
     assert [r["sequence"] for r in rows] == ["a", "b"] and rows[0]["failed"] == "1" and rows[1]["ate_cm_median"] == ""

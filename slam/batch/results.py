@@ -33,6 +33,8 @@ METRICS = [
     ("rpe_trans_cm", "RPE cm", _get("trajectory", "rpe_trans_rmse_m", scale=100), "{:.2f}"),
     ("rpe_rot_deg", "RPE deg", _get("trajectory", "rpe_rot_rmse_deg"), "{:.3f}"),
     ("psnr_db", "PSNR dB", _get("images", "psnr"), "{:.2f}"),
+    # over the keyframe pixels with valid depth only (where the map is seeded and optimised)
+    ("psnr_valid_depth_db", "PSNR valid depth dB", _get("images", "psnr_valid_depth"), "{:.2f}"),
     ("fps", "FPS", _get("fps_system"), "{:.2f}"),
     ("fps_tracking", "FPS tracking", _get("fps_tracking"), "{:.2f}"),
     # only with system.profile_frames > 0 on CUDA

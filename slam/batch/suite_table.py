@@ -29,14 +29,17 @@ OK = ("done", "cached")
 # flagged_pct (flagged frames in % of the run's frames, derived per run).
 STATS = ["ate_cm", "ate_tracked_cm", "ate_ok_cm", "tracking_failures", "flagged_pct", "silent_failures", "fps",
          "fps_tracking", "gpu_ms_per_frame", "peak_gpu_mb", "peak_rss_mb", "detector_false_alarms",
-         "detector_misses", "frames", "revisit_mm", "revisit_tracked_mm", "revisit_gt_mm"]
+         "detector_misses", "frames", "revisit_mm", "revisit_tracked_mm", "revisit_gt_mm", "psnr_db",
+         "psnr_valid_depth_db"]
 CODE_PATHS = ("slam", "rasterizer", "configs")   # what a run's result depends on, for the header's 'uncommitted'
 NOTE = ("Values: median over the finished runs of each sequence, [min-max] where they differ; ATE: RMSE in cm "
         "(all frames; the poses as tracked, before refinement and loop corrections; the frames reported ok); "
         "n/a: no run has it in its metrics.json (no ground truth, a CPU run, GPU ms needs "
         "system.profile_frames > 0 on CUDA, ...); revisit depth: keyframes of a place seen again >= 3 s "
         "later, the earlier one's depth moved into the later one at the final poses, as tracked and at the "
-        "ground truth's, median |difference| (metrics.json revisit_depth_consistency: no ground truth needed).")
+        "ground truth's, median |difference| (metrics.json revisit_depth_consistency: no ground truth needed); "
+        "keyframe PSNR: the final map rendered at the keyframes, over every pixel and over those with valid "
+        "depth (metrics.json images).")
 
 
 def _number(v: Any) -> Optional[float]:
@@ -128,6 +131,13 @@ def _revisit_cell(s: dict) -> str:
     return " / ".join(_stat_cell(c, "{:.1f}", False) for c in cells)
 
 
+def _psnr_cell(s: dict) -> str:
+    cells = [s["stats"][c] for c in ("psnr_db", "psnr_valid_depth_db")]
+    if all(c is None for c in cells):
+        return "n/a"
+    return " / ".join(_stat_cell(c, "{:.2f}", True) for c in cells)
+
+
 # (header, cell of a summary): the table's columns, in order
 COLUMNS = [
     ("sequence", lambda s: s["sequence"]),
@@ -143,6 +153,7 @@ COLUMNS = [
     ("peak GPU MB", _stat("peak_gpu_mb", "{:.0f}", False)),
     ("peak RSS MB", _stat("peak_rss_mb", "{:.0f}", False)),
     ("detector false alarms / misses", _detector_cell),
+    ("keyframe PSNR dB: all / valid depth", _psnr_cell),
     ("revisit depth mm: final / as tracked / ground truth", _revisit_cell),
 ]
 

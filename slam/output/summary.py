@@ -53,7 +53,8 @@ def _images_line(metrics: dict) -> str:
     if img.get("psnr") is None:
         return f"PSNR / SSIM       n/a ({images_na_reason(metrics)})"
     return (f"PSNR / SSIM       {img['psnr']:.2f} dB / {img['ssim']:.3f} "
-            f"(depth L1 {_num(img.get('depth_l1_m'), '{:.2f} cm', 100, 'no valid depth')}) on keyframes")
+            f"({_num(img.get('psnr_valid_depth'), '{:.2f} dB')} where the depth is valid; depth L1 "
+            f"{_num(img.get('depth_l1_m'), '{:.2f} cm', 100, 'no valid depth')}) on keyframes")
 
 
 def _loop_line(loop: dict) -> str:
