@@ -1,12 +1,12 @@
 """The mapper's step graph (slam/mapping/step_graph.py, ``mapping.cuda_graph``): the same mapping
-as the queued kernels, captured once per keyframe. Skipped without CUDA (CI); scripts/gpu_check.sh
-runs it."""
+as the queued kernels, captured once per keyframe. The graph's tests are skipped without CUDA (CI);
+scripts/gpu_check.sh runs them. The host sets its copies come from are checked on the CPU too."""
 import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="CUDA is not available: the mapper's CUDA graph needs a GPU")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="CUDA is not available: the mapper's CUDA graph needs a GPU")
 
 RUN = ("system.threaded=false", "loop.enabled=false", "grid.enabled=false")
 
@@ -24,6 +24,7 @@ def _map_loss(system) -> float:
     return float(np.mean(losses))
 
 
+@cuda
 def test_the_graph_maps_as_the_queued_kernels_do(sample_run):
     graphed = sample_run.run(sample_run.cfg(40, *RUN))
     queued = sample_run.run(sample_run.cfg(40, *RUN, "mapping.cuda_graph=false"))
@@ -38,12 +39,17 @@ def test_the_graph_maps_as_the_queued_kernels_do(sample_run):
     assert sample_run.ate_cm(graphed) <= max(1.0, 1.2 * sample_run.ate_cm(queued))
 
 
+@cuda
 def test_pose_refinement_keeps_the_queued_kernels(sample_run):
     system = sample_run.run(sample_run.cfg(12, *RUN, "mapping.refine_poses=true"))
     assert system.mapper.graph.captures == 0 and system.mapper.poses.steps > 0
 
 
-def test_pinned_keyframes_hold_each_keyframe_of_a_run_within_their_limit():
+def _hold_each_keyframe_of_a_run(pin: bool):
+    """Two runs over 4 keyframes with room for 2 sets: each set read holds its keyframe's images
+    and pose (a pose moved between runs written again), never more sets than the limit. On CUDA
+    (``pin``) each read is copied to the device as ``StepGraph._load`` queues it, with its event;
+    the device holds the last keyframe copied."""
     from slam.map.keyframes import Keyframe
     from slam.mapping.step_graph import PinnedKeyframes
 
@@ -57,21 +63,34 @@ def test_pinned_keyframes_hold_each_keyframe_of_a_run_within_their_limit():
                         rng.random((24, 32)).astype(np.float16), K, kf_id=i)
 
     kfs = [keyframe(i) for i in range(4)]
-    pinned = PinnedKeyframes((24, 32), limit=2)
-    device = torch.device("cuda")
-    static = torch.empty((24, 32, 3), dtype=torch.uint8, device=device)
+    pinned = PinnedKeyframes((24, 32), limit=2, pin=pin)
+    static = torch.empty((24, 32, 3), dtype=torch.uint8, device="cuda") if pin else None
+    written = []
     for run in range(2):
         pinned.start_run()
         if run == 1:
             kfs[0].T_wc[0, 3] = 9.0                   # a pose moved between runs is written again
         for kf in [kfs[0], kfs[1], kfs[0], kfs[2], kfs[3], kfs[0], kfs[1]]:
             entry = pinned.get(kf)
-            assert entry[0].is_pinned() and np.array_equal(entry[0].numpy(), kf.color)
-            assert np.array_equal(entry[1].numpy(), kf.depth)
-            assert np.allclose(entry[2].numpy(), np.linalg.inv(kf.T_wc))
-            static.copy_(entry[0], non_blocking=True)   # what StepGraph._load queues, then its event
-            entry[3] = torch.cuda.Event()
-            entry[3].record()
-            assert len(pinned.sets) <= 2
-    torch.cuda.synchronize()
-    assert np.array_equal(static.cpu().numpy(), kfs[1].color)
+            assert entry.color.is_pinned() == pin and np.array_equal(entry.color.numpy(), kf.color)
+            assert np.array_equal(entry.depth.numpy(), kf.depth)
+            assert np.allclose(entry.T_cw.numpy(), np.linalg.inv(kf.T_wc))
+            assert entry.run == pinned.run and len(pinned.sets) <= 2
+            written.append(id(entry))
+            if pin:
+                static.copy_(entry.color, non_blocking=True)   # what StepGraph._load queues, then its event
+                entry.copied = torch.cuda.Event()
+                entry.copied.record()
+    assert len(set(written)) == 2                     # the two sets, reused
+    if pin:
+        torch.cuda.synchronize()
+        assert np.array_equal(static.cpu().numpy(), kfs[1].color)
+
+
+def test_host_sets_hold_each_keyframe_of_a_run_within_their_limit():
+    _hold_each_keyframe_of_a_run(pin=False)
+
+
+@cuda
+def test_pinned_keyframes_hold_each_keyframe_of_a_run_within_their_limit():
+    _hold_each_keyframe_of_a_run(pin=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -48,14 +49,33 @@ MIN_STEPS = 4                       # fewer steps than this: queued kernels (a c
 PINNED_SETS = 12
 
 
-class PinnedKeyframes:
-    """Page-locked host copies of keyframes (colour, depth, T_cw) for the step graph's input
-    copies, at most ``limit`` sets of one image size, reused least recently used first; a set is
-    rewritten only after the copy that last read it has run (its event). Mapping thread."""
+@dataclass
+class PinnedSet:
+    """One keyframe's host copy for the step graph's input copies: colour (H, W, 3) uint8, depth
+    (H, W) float16 metres, T_cw (4, 4) float32; ``copied``: the CUDA event of the last copy queued
+    from it (None before any); ``run``: the run of steps it was last written in (None: holds
+    another keyframe's data)."""
 
-    def __init__(self, shape: tuple, limit: int = PINNED_SETS) -> None:
-        self.shape, self.limit = shape, limit          # (H, W) of the keyframes' depth
-        self.sets: OrderedDict = OrderedDict()       # kf_id -> [color, depth, T_cw, event, written in run]
+    color: torch.Tensor
+    depth: torch.Tensor
+    T_cw: torch.Tensor
+    copied: Optional[torch.cuda.Event] = None
+    run: Optional[int] = None
+
+    def tensors(self) -> tuple:
+        """(colour, depth, T_cw): the order of ``StepGraph.images``."""
+        return self.color, self.depth, self.T_cw
+
+
+class PinnedKeyframes:
+    """Host copies of keyframes (``PinnedSet``) for the step graph's input copies, at most
+    ``limit`` sets of one image size, reused least recently used first; a set is rewritten only
+    after the copy that last read it has run (its event). ``pin``: page-locked memory (the step
+    graph's; False: ordinary host memory, e.g. without a GPU). Mapping thread."""
+
+    def __init__(self, shape: tuple, limit: int = PINNED_SETS, pin: bool = True) -> None:
+        self.shape, self.limit, self.pin = shape, limit, pin     # shape: (H, W) of the keyframes' depth
+        self.sets: OrderedDict = OrderedDict()       # kf_id -> PinnedSet
         self.run = 0
 
     def start_run(self) -> None:
@@ -63,28 +83,32 @@ class PinnedKeyframes:
         have moved since the last run)."""
         self.run += 1
 
-    def get(self, kf: Keyframe) -> list:
-        """``kf``'s set: [(H, W, 3) uint8 colour, (H, W) float16 depth in metres, (4, 4) float32
-        T_cw (host, page-locked), the event of the last copy from it, the run it was written in],
-        written from ``kf`` at its first use in this run."""
+    def _allocate(self) -> PinnedSet:
+        h, w = self.shape
+        tensors = (torch.empty((h, w, 3), dtype=torch.uint8), torch.empty((h, w), dtype=torch.float16),
+                   torch.empty((4, 4), dtype=torch.float32))
+        if self.pin:
+            tensors = tuple(t.pin_memory() for t in tensors)
+        return PinnedSet(*tensors)
+
+    def get(self, kf: Keyframe) -> PinnedSet:
+        """``kf``'s set, written from ``kf`` at its first use in this run (after the last copy
+        from the set has run)."""
         entry = self.sets.pop(kf.kf_id, None)
         if entry is None:
             if len(self.sets) < self.limit:
-                h, w = self.shape
-                entry = [torch.empty((h, w, 3), dtype=torch.uint8).pin_memory(),
-                         torch.empty((h, w), dtype=torch.float16).pin_memory(),
-                         torch.empty((4, 4), dtype=torch.float32).pin_memory(), None, None]
+                entry = self._allocate()
             else:
                 entry = self.sets.popitem(last=False)[1]
-                entry[4] = None                      # it holds another keyframe
+                entry.run = None                     # it holds another keyframe
         self.sets[kf.kf_id] = entry
-        if entry[4] != self.run:
-            if entry[3] is not None:
-                entry[3].synchronize()               # the last copy from this set has run
-            np.copyto(entry[0].numpy(), kf.color)
-            np.copyto(entry[1].numpy(), kf.depth)
-            np.copyto(entry[2].numpy(), invert(kf.T_wc))
-            entry[4] = self.run
+        if entry.run != self.run:
+            if entry.copied is not None:
+                entry.copied.synchronize()           # the last copy from this set has run
+            np.copyto(entry.color.numpy(), kf.color)
+            np.copyto(entry.depth.numpy(), kf.depth)
+            np.copyto(entry.T_cw.numpy(), invert(kf.T_wc))
+            entry.run = self.run
         return entry
 
 
@@ -154,13 +178,13 @@ class StepGraph:
             self.key = key
             self.pinned = PinnedKeyframes((h, w))
 
-    def _load(self, entry: list) -> None:
+    def _load(self, entry: PinnedSet) -> None:
         """Queue the copies of one keyframe's page-locked set (``PinnedKeyframes.get``) into the
         static inputs, then its event (``usable`` checked the keyframe's size and camera)."""
-        for static, host in zip(self.images[:3], entry[:3]):
+        for static, host in zip(self.images[:3], entry.tensors()):
             static.copy_(host, non_blocking=True)
-        entry[3] = torch.cuda.Event()
-        entry[3].record()
+        entry.copied = torch.cuda.Event()
+        entry.copied.record()
 
     def _capture(self, rows, stats, update):
         """Capture ``update`` over the static inputs (sharing the last graph's memory pool, which
