@@ -287,6 +287,20 @@ def test_the_loop_measurement_takes_a_keyframe_of_another_size():
     assert shift < 0.005 and turn < 0.3, (shift, turn)
 
 
+def test_icp_samples_a_few_thousand_points_of_a_keyframe_of_any_size():
+    """The loop measurement's ICP samples about ICP_POINTS of the new keyframe whatever its size
+    (a fixed stride of 4 left 1,200 points of a 160x120 keyframe and 300 of an 80x60 one);
+    keyframes of 320x240 and larger keep every 4th pixel."""
+    from slam.loop.icp import point_map
+    from slam.loop.verify import ICP_MAX_STRIDE, icp_stride
+
+    K = np.array([[100.0, 0, 40], [0, 100.0, 30], [0, 0, 1]])
+    for h, w in [(60, 80), (90, 120), (120, 160), (240, 320)]:
+        n = point_map(np.ones((h, w)), K, icp_stride(h, w)).reshape(-1, 3).shape[0]
+        assert 2500 <= n <= 10000, (h, w, n)
+    assert icp_stride(240, 320) == icp_stride(480, 640) == ICP_MAX_STRIDE
+
+
 def test_icp_reports_a_flat_view_as_degenerate():
     """ICP's conditioning (slam.loop.verify.icp) tells a view with relief (10 -> 12: ICP lands
     within 1 mm, its pose is the loop's measurement) from a mostly flat one (30 -> 33: ICP slides
