@@ -60,12 +60,12 @@ def image_metrics(result: RunResult, every: int = 1) -> Optional[dict]:
     host = torch.device("cpu")
     vals = {"psnr": [], "psnr_valid_depth": [], "ssim": [], "depth_l1_m": []}
     for kf in kfs:
-        obs = KeyframeView.upload(kf, host).observation()
+        view = KeyframeView.upload(kf, host)
+        obs = view.observation()
         out = snap.render(obs.K, obs.width, obs.height, T_wc=kf.T_wc, backend=result.backend)
         color, depth = out.color.to(host).clamp(0, 1), out.depth.to(host)
         vals["psnr"].append(float(psnr(color, obs.color)))
-        valid = torch.isfinite(obs.depth) & (obs.depth > 0)
-        vals["psnr_valid_depth"].append(float(psnr(color, obs.color, mask=valid)))
+        vals["psnr_valid_depth"].append(float(psnr(color, obs.color, mask=view.valid)))  # the mapper's mask
         vals["ssim"].append(float(ssim(color, obs.color)))
         vals["depth_l1_m"].append(float(depth_l1(depth, obs.depth)))
     res = {k: float(np.mean(v)) for k, v in vals.items()}
