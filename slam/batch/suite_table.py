@@ -117,25 +117,14 @@ def _flagged_cell(s: dict) -> str:
     return _stat_cell(count, "{:g}", True) + (f" ({pct[0]:.1f} %)" if pct is not None else "")
 
 
-def _detector_cell(s: dict) -> str:
-    fa, miss = s["stats"]["detector_false_alarms"], s["stats"]["detector_misses"]
-    if fa is None and miss is None:
-        return "n/a"
-    return f"{_stat_cell(fa, '{:g}', True)} / {_stat_cell(miss, '{:g}', True)}"
-
-
-def _revisit_cell(s: dict) -> str:
-    cells = [s["stats"][c] for c in ("revisit_mm", "revisit_tracked_mm", "revisit_gt_mm")]
-    if all(c is None for c in cells):
-        return "n/a"
-    return " / ".join(_stat_cell(c, "{:.1f}", False) for c in cells)
-
-
-def _psnr_cell(s: dict) -> str:
-    cells = [s["stats"][c] for c in ("psnr_db", "psnr_valid_depth_db")]
-    if all(c is None for c in cells):
-        return "n/a"
-    return " / ".join(_stat_cell(c, "{:.2f}", True) for c in cells)
+def _joined(columns: tuple, fmt: str, show_spread: bool) -> Callable[[dict], str]:
+    """A cell of several statistics joined by ' / ' (each ``_stat_cell``); n/a when none has a value."""
+    def cell(s: dict) -> str:
+        stats = [s["stats"][c] for c in columns]
+        if all(x is None for x in stats):
+            return "n/a"
+        return " / ".join(_stat_cell(x, fmt, show_spread) for x in stats)
+    return cell
 
 
 # (header, cell of a summary): the table's columns, in order
@@ -152,9 +141,10 @@ COLUMNS = [
     ("GPU ms / tracked frame", _stat("gpu_ms_per_frame", "{:.2f}", True)),
     ("peak GPU MB", _stat("peak_gpu_mb", "{:.0f}", False)),
     ("peak RSS MB", _stat("peak_rss_mb", "{:.0f}", False)),
-    ("detector false alarms / misses", _detector_cell),
-    ("keyframe PSNR dB: all / valid depth", _psnr_cell),
-    ("revisit depth mm: final / as tracked / ground truth", _revisit_cell),
+    ("detector false alarms / misses", _joined(("detector_false_alarms", "detector_misses"), "{:g}", True)),
+    ("keyframe PSNR dB: all / valid depth", _joined(("psnr_db", "psnr_valid_depth_db"), "{:.2f}", True)),
+    ("revisit depth mm: final / as tracked / ground truth",
+     _joined(("revisit_mm", "revisit_tracked_mm", "revisit_gt_mm"), "{:.1f}", False)),
 ]
 
 
