@@ -120,7 +120,31 @@ def test_the_frontend_unrolls_only_with_a_rate_from_two_tracked_frames():
         T[:3, :3] = so3_exp(np.radians([0.0, 2.0 * i, 0.0]))     # 60 deg/s at 30 Hz
         res = TrackResult(T, 0.1, 0.9, True, False, 5, quality=TrackQuality(0.9, 0.9, 0.9))
         fe.tracker._update_history(res, i / 30)
-        unrolled.append(fe.unrolled(obs) is not obs)
+        unrolled.append(fe.unroller()(obs) is not obs)
     assert unrolled == [False, True]
     fe.tracker.initialise(np.eye(4), 1.0)
-    assert fe.unrolled(obs) is obs
+    assert fe.unroller()(obs) is obs
+
+
+def test_a_keyframe_at_another_resolution_is_unrolled_as_the_tracked_frame():
+    """``mapping.keyframe_downscale`` apart from ``tracking.downscale``: the keyframe is made from
+    the frame again, at its own resolution, and must be the same camera as the tracked images
+    (unrolled at the same turn rate), not the raw rolling-shutter frame."""
+    from slam.data.frame import Frame
+    from slam.runtime.system import SlamSystem
+
+    omega, readout = np.radians([0.0, 60.0, 0.0]), 0.03
+    color, depth = frame(omega, readout)
+    cfg = load_config("tum.yaml", ["data.path=sample", "tracking.downscale=1", "mapping.keyframe_downscale=2",
+                                   "loop.enabled=false", "grid.enabled=false", f"data.rolling_shutter_s={readout}"])
+    system = SlamSystem(cfg, torch.device("cpu"))
+    f = Frame(0, 0.0, np.rint(color * 255).astype(np.uint8), depth.astype(np.float32), K)
+    obs = system.observation(f)
+    unroll_now = lambda o: unroll(o, omega, readout)                     # noqa: E731
+    kf = system._keyframe(f, unroll_now(obs), np.eye(4), 0, unroll_now)
+    expected = unroll_now(Observation.from_numpy(f.color, f.depth, f.K, torch.device("cpu")).downsampled(2))
+    assert kf.color.shape == (H // 2, W // 2, 3)
+    assert np.abs(kf.color.astype(np.float32) - np.rint(expected.color.numpy() * 255)).max() <= 1
+    assert np.allclose(kf.depth.astype(np.float32), expected.depth.numpy(), atol=2e-3)
+    raw = Observation.from_numpy(f.color, f.depth, f.K, torch.device("cpu")).downsampled(2)
+    assert np.abs(kf.depth.astype(np.float32) - raw.depth.numpy()).max() > 0.01   # the unroll moved it

@@ -155,7 +155,8 @@ class SlamSystem:
         obs = self.observation(frame) if obs is None else obs
         # Rolling shutter and the depth's own time (data.rolling_shutter_s, data.sync_depth); also
         # the keyframe's images.
-        obs = self.frontend.unrolled(obs, frame.depth_offset_s)
+        unroll = self.frontend.unroller(frame.depth_offset_s)
+        obs = unroll(obs)
         snap = self.smap.latest()
         self.frontend.follow_map(snap)     # the reference keyframe's refined / corrected pose
         res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
@@ -175,19 +176,24 @@ class SlamSystem:
         for hook in self.frame_hooks:
             hook(frame, rec, snap)
         self._lost_since_keyframe = self._lost_since_keyframe or not res.ok or res.recovered
-        kf = self._keyframe(frame, obs, res.T_wc, kf_id) if is_kf else None
+        kf = self._keyframe(frame, obs, res.T_wc, kf_id, unroll) if is_kf else None
         if kf is not None:
             kf.map_loops = len(snap.loop_edges) if snap is not None else 0
             kf.after_loss, self._lost_since_keyframe = self._lost_since_keyframe and kf_id > 0, False
             kf.information = res.information
         return rec, kf
 
-    def _keyframe(self, frame: Frame, obs: Observation, T_wc: np.ndarray, kf_id: int) -> Keyframe:
+    def _keyframe(self, frame: Frame, obs: Observation, T_wc: np.ndarray, kf_id: int,
+                  unroll: Callable[[Observation], Observation]) -> Keyframe:
         """The keyframe of ``frame``: from the tracking resolution's ``obs`` when keyframes are
-        stored at that resolution (no second downscale on the tracking thread), else from the frame."""
+        stored at that resolution (no second downscale on the tracking thread), else from the frame
+        downscaled to the keyframe resolution and unrolled as ``obs`` was (``unroll``: the same
+        turn rate, so both images are the same camera's)."""
         if self._keyframe_downscale == self.cfg.tracking.downscale:
             return Keyframe.from_observation(frame, obs, T_wc, self._keyframe_downscale, kf_id)
-        return Keyframe.from_frame(frame, T_wc, self._keyframe_downscale, kf_id)
+        kf_obs = Observation.from_numpy(frame.color, frame.depth, frame.K, self.device)
+        return Keyframe.from_observation(frame, unroll(kf_obs.downsampled(self._keyframe_downscale)), T_wc,
+                                         self._keyframe_downscale, kf_id)
 
     def map_keyframe(self, kf: Keyframe) -> None:
         """Integrate one keyframe into the map and publish it (mapping thread)."""

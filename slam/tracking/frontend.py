@@ -39,6 +39,10 @@ from slam.tracking.tracker import Tracker
 log = logging.getLogger("slam.tracking")
 
 
+def _unchanged(obs: Observation) -> Observation:
+    return obs
+
+
 class TrackingFrontend:
     """Per-frame pose estimation with failure handling; owned by the tracking thread.
 
@@ -112,17 +116,21 @@ class TrackingFrontend:
         self.saved_map = self._relocaliser(keyframes)
         self.policy = LostPolicy(self.cfg.after_failures_saved_map, self.cfg.max_skip, needs_pose=True)
 
-    def unrolled(self, obs: Observation, depth_offset_s: float = 0.0) -> Observation:
-        """``obs`` resampled into its colour's middle row's camera (``data.rolling_shutter_s``,
-        ``data.depth_rolling_shutter_s``) and its depth, taken ``depth_offset_s`` s after the
-        colour, turned to the colour's time (``data.sync_depth``), at the rate of the tracker's
-        last motion (``slam.tracking.rolling_shutter``); as it is without that rate (until two
+    def unroller(self, depth_offset_s: float = 0.0) -> Callable[[Observation], Observation]:
+        """The frame's unroll, for its images at any resolution (the tracking resolution's and, when
+        keyframes are stored at another, the keyframe's): an observation resampled into its colour's
+        middle row's camera (``data.rolling_shutter_s``, ``data.depth_rolling_shutter_s``) and its
+        depth, taken ``depth_offset_s`` s after the colour, turned to the colour's time
+        (``data.sync_depth``), at the rate of the tracker's last motion taken now, before the frame
+        is tracked (``slam.tracking.rolling_shutter``); the identity without that rate (until two
         frames were tracked: the first frames, after a relocalisation) or anything to turn back."""
         offset = depth_offset_s if self.sync_depth else 0.0
         if self.readout_s <= 0 and self.depth_readout_s <= 0 and offset == 0.0:
-            return obs
+            return _unchanged
         omega = self.tracker.turn_rate()
-        return obs if omega is None else unroll(obs, omega, self.readout_s, offset, self.depth_readout_s)
+        if omega is None:
+            return _unchanged
+        return lambda obs: unroll(obs, omega, self.readout_s, offset, self.depth_readout_s)
 
     def process(self, obs: Observation, snap: Optional[MapSnapshot], index: int, timestamp: float,
                 gt_pose: Optional[np.ndarray] = None) -> TrackResult:
