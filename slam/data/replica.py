@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from slam.config import DataConfig
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
 from slam.data.matrix_io import data_lines, rigid_problem
@@ -58,7 +59,8 @@ class ReplicaSource(SequenceSource):
     name = "replica"
 
     def __init__(self, path: str | Path, *, intrinsics=None, first: int = 0, last: Optional[int] = None,
-                 stride: int = 1, downscale: int = 1, depth_scale=None, color_camera=None) -> None:
+                 stride: int = 1, downscale: int = 1, depth_scale=None, color_camera=None,
+                 read_threads: int = DataConfig.read_threads) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: Replica sequence folder not found")
@@ -82,7 +84,7 @@ class ReplicaSource(SequenceSource):
             raise CalibrationError(f"data.depth_scale must be > 0, got {depth_scale}")
         entries = [Entry(n / REPLICA_FPS, p, results / f"depth{n:06d}.png", poses[n]) for n, p in frames]
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
-                         downscale=downscale, where=str(folder), color_camera=color_camera)
+                         downscale=downscale, where=str(folder), color_camera=color_camera, read_threads=read_threads)
 
 
 def replica_ground_truth(folder: str | Path) -> Tuple[np.ndarray, np.ndarray]:

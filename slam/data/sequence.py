@@ -82,13 +82,14 @@ class SequenceSource(FrameSource):
     ``read_threads``: threads that read and decode images ahead (0: in the consumer's thread)."""
 
     name = "sequence"
-    read_threads = DataConfig.read_threads
 
     def __init__(self, entries: List[Entry], K: np.ndarray, distortion: Optional[np.ndarray],
                  depth_units: float, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
                  downscale: int = 1, expected_size: Optional[Tuple[int, int]] = None,
-                 where: str = "", color_camera: Optional[tuple] = None) -> None:
+                 where: str = "", color_camera: Optional[tuple] = None,
+                 read_threads: int = DataConfig.read_threads) -> None:
         super().__init__()
+        self.read_threads = read_threads
         self.where = where
         self.all_entries = entries
         self.entries = [entries[i] for i in select(len(entries), first, last, stride)]

@@ -28,6 +28,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from slam.config import DataConfig
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
 from slam.data.matrix_io import read_matrix, rigid_problem
@@ -47,7 +48,8 @@ class SevenScenesSource(SequenceSource):
     name = "7scenes"
 
     def __init__(self, path: str | Path, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
-                 downscale: int = 1, intrinsics=None, depth_scale=None, color_camera=None) -> None:
+                 downscale: int = 1, intrinsics=None, depth_scale=None, color_camera=None,
+                 read_threads: int = DataConfig.read_threads) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: 7-Scenes sequence folder not found")
@@ -74,7 +76,7 @@ class SevenScenesSource(SequenceSource):
             log.warning("%s: %d of %d frames have no ground truth (first: %s)", folder, len(no_pose), len(frames),
                         no_pose[0])
         super().__init__(entries, K, None, units, first=first, last=last, stride=stride,
-                         downscale=downscale, where=str(folder), color_camera=color_camera)
+                         downscale=downscale, where=str(folder), color_camera=color_camera, read_threads=read_threads)
 
     @staticmethod
     def _intrinsics(folder: Path, intrinsics) -> np.ndarray:

@@ -20,7 +20,6 @@ from slam.data.realsense import RealsenseSource
 from slam.data.registry import lookup
 from slam.data.replica import ReplicaSource, replica_ground_truth
 from slam.data.rosbag import RosbagSource
-from slam.data.sequence import SequenceSource
 from slam.data.sevenscenes import SevenScenesSource, seven_scenes_ground_truth
 from slam.data.tum import TumSource, tum_ground_truth
 from slam.resources import resolve_data_path
@@ -85,6 +84,7 @@ def open_source(cfg) -> FrameSource:
 
 def _open(cfg, path: Path) -> FrameSource:
     common = dict(first=cfg.first, last=cfg.last, stride=cfg.stride, downscale=cfg.downscale)
+    folder = dict(common, read_threads=cfg.read_threads)    # the folder datasets read ahead
     color_camera = None
     if cfg.color_intrinsics is not None or cfg.color_translation is not None:
         if cfg.dataset in ("rosbag", "realsense"):
@@ -94,13 +94,13 @@ def _open(cfg, path: Path) -> FrameSource:
     if cfg.dataset == "tum":
         src: FrameSource = TumSource(path, max_time_diff=cfg.max_time_diff, intrinsics=cfg.intrinsics,
                                      distortion=cfg.distortion, depth_scale=cfg.depth_scale,
-                                     color_camera=color_camera, **common)
+                                     color_camera=color_camera, **folder)
     elif cfg.dataset == "7scenes":
         src = SevenScenesSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
-                                color_camera=color_camera, **common)
+                                color_camera=color_camera, **folder)
     elif cfg.dataset == "replica":
         src = ReplicaSource(path, intrinsics=cfg.intrinsics, depth_scale=cfg.depth_scale,
-                            color_camera=color_camera, **common)
+                            color_camera=color_camera, **folder)
     elif cfg.dataset == "rosbag":
         src = RosbagSource(path, color_topic=cfg.color_topic, depth_topic=cfg.depth_topic,
                            camera_info_topic=cfg.camera_info_topic, max_time_diff=cfg.max_time_diff,
@@ -111,8 +111,6 @@ def _open(cfg, path: Path) -> FrameSource:
                               depth_scale=cfg.depth_scale, **common)
     else:
         raise ValueError(f"data.dataset: unknown dataset '{cfg.dataset}' (one of {', '.join(DATASETS)})")
-    if isinstance(src, SequenceSource):
-        src.read_threads = cfg.read_threads
     repeat = int(getattr(cfg, "repeat", 1) or 1)
     return RepeatSource(src, repeat) if repeat > 1 else src
 

@@ -36,6 +36,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import yaml
 
+from slam.config import DataConfig
 from slam.config.loading import yaml_error_text
 from slam.data.errors import CalibrationError, DataNotFoundError
 from slam.data.frame import FrameError
@@ -257,7 +258,8 @@ class TumSource(SequenceSource):
 
     def __init__(self, path: str | Path, *, first: int = 0, last: Optional[int] = None, stride: int = 1,
                  downscale: int = 1, max_time_diff: float = 0.02, intrinsics=None, distortion=None,
-                 depth_scale=None, color_camera=None) -> None:
+                 depth_scale=None, color_camera=None,
+                 read_threads: int = DataConfig.read_threads) -> None:
         folder = Path(path)
         if not folder.is_dir():
             raise DataNotFoundError(f"{folder}: TUM sequence folder not found")
@@ -283,7 +285,7 @@ class TumSource(SequenceSource):
                                  depth_timestamp=float(dep_t[match[i]])))
         super().__init__(entries, calib.K, calib.distortion, calib.depth_units, first=first, last=last,
                          stride=stride, downscale=downscale, expected_size=calib.size, where=str(folder),
-                         color_camera=color_camera)
+                         color_camera=color_camera, read_threads=read_threads)
         if len(unmatched):
             log.warning("%s: %d of %d colour images have no depth image within %.3f s and are skipped "
                         "(first at t=%.6f)", folder, len(unmatched), len(rgb_t), max_time_diff,
