@@ -59,6 +59,24 @@ def test_ground_truth_loop_edges_remove_the_drift():
     assert after < 0.3 * before
 
 
+def test_the_chi_square_of_the_truth_under_a_measurement_takes_the_inflation_out():
+    """A measurement off the truth by a known twist e: e^T I e x NOISE_INFLATION; not for RGB-D
+    odometry's or a missing information."""
+    from slam.geometry import se3_exp
+    from slam.loop.information import NOISE_INFLATION
+    from slam.loop.verify import Measurement
+    from slam.tools.loop_ceiling import uninflated_chi2
+
+    T_ab = loop_pose(10, TOTAL)
+    e = np.array([0.01, -0.02, 0.005, 0.03, 0.0, -0.01])
+    info = np.diag([400.0, 400.0, 400.0, 2500.0, 2500.0, 2500.0])
+    chi2 = uninflated_chi2(Measurement(T_ab, info, "icp"), T_ab @ se3_exp(e))
+    assert chi2 == pytest.approx(float(e @ info @ e) * NOISE_INFLATION, rel=1e-6)
+    assert uninflated_chi2(Measurement(T_ab, info, "rgbd"), T_ab) is None
+    assert uninflated_chi2(Measurement(T_ab, None, "icp"), T_ab) is None
+    assert uninflated_chi2(None, T_ab) is None
+
+
 def test_the_tool_on_a_run_folder_of_the_sample(tmp_path, capsys):
     """A run folder made from the bundled sample's frames at drifted poses: the table prints, and
     the ground truth's loop edges bring the ATE down."""
@@ -86,6 +104,10 @@ def test_the_tool_on_a_run_folder_of_the_sample(tmp_path, capsys):
     assert "revisit pairs" in out and "RGB-D odometry from the ground truth's" in out
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["pairs"] > 0
+    # exact synthetic depth: ICP knows its error far better than on real data (inflation ~1, not 100)
+    from slam.loop.information import NOISE_INFLATION
+    from slam.tools.loop_ceiling import CHI2_6_MEDIAN
+    assert 0.0 < report["chi2_median"] < 0.2 * NOISE_INFLATION * CHI2_6_MEDIAN
     every = report["ceiling"][-1]
     assert every["pairs"] == report["pairs"]
     assert every["ground_truth_edges_cm"] < 0.5 * report["ate_cm"]

@@ -12,6 +12,9 @@ map.keyframes.npz) and the sequence's ground truth:
    from the run's and from the ground truth's: each one's error against the ground truth, and how
    far the two starts' results lie apart. Where a measurement is as far from the ground truth as
    the run is, loop edges cannot lower the ATE against that ground truth (it may itself be off).
+   Also how well each ICP measurement knows its own error: the squared Mahalanobis distance of the
+   ground truth under its information with ``NOISE_INFLATION`` taken out; the median over the
+   pairs / the 6-dof chi-square median is the inflation these pairs call for (``slam.loop.information``).
 
     python -m slam.tools.loop_ceiling runs/kitchen --set data.path=../shared/data/7scenes-... \\
         [--edges 1 5 20 0] [--gap 3 --distance 0.5 --angle 20] [--json out.json]
@@ -39,6 +42,23 @@ def relative_error(T_ref: np.ndarray, T: np.ndarray) -> tuple[float, float]:
     E = invert(T_ref) @ T
     c = (np.trace(E[:3, :3]) - 1.0) / 2.0
     return float(np.linalg.norm(E[:3, 3]) * 100.0), math.degrees(math.acos(max(-1.0, min(1.0, c))))
+
+
+CHI2_6_MEDIAN = 5.348    # the median of the chi-square distribution with 6 degrees of freedom
+
+
+def uninflated_chi2(measured, T_true: np.ndarray) -> Optional[float]:
+    """e^T I e / NOISE_INFLATION's inverse: the squared Mahalanobis distance of the true relative
+    pose T_true (4, 4) from an ICP measurement (``slam.loop.verify.Measurement``) under its
+    information without the inflation (e = Logmap(inv(T_ab) T_true), rotation then translation);
+    None for other measurements or without information."""
+    from slam.geometry import se3_log
+    from slam.loop.information import NOISE_INFLATION
+
+    if measured is None or measured.information is None or measured.method != "icp":
+        return None
+    e = se3_log(invert(measured.T_ab) @ T_true)
+    return float(e @ measured.information @ e) * NOISE_INFLATION
 
 
 def frames_with_keyframes(stamps: np.ndarray, keyframes: list) -> np.ndarray:
@@ -95,6 +115,7 @@ def measurement_rows(pairs: list, verifier, gt_of: dict) -> list[dict]:
         measured, why = verifier.measure(b, a, T_run)
         row["measure"] = relative_error(T_gt, measured.T_ab) if measured is not None else None
         row["measure_method"] = measured.method if measured is not None else why
+        row["chi2"] = uninflated_chi2(measured, T_gt)
         odo_run, odo_gt = rgbd_odometry(b, a, T_run), rgbd_odometry(b, a, T_gt)
         row["rgbd_from_run"] = relative_error(T_gt, odo_run) if odo_run is not None else None
         row["rgbd_from_gt"] = relative_error(T_gt, odo_gt) if odo_gt is not None else None
@@ -190,12 +211,18 @@ def main(argv: Optional[list] = None) -> int:
              for name in ("gt", "run", "measure") if any(name in r["depth_mm"] for r in rows)}
     print("  median |depth difference| across the pair (mm): "
           + ", ".join(f"{name} {v:.1f}" for name, v in depth.items()))
+    chi2 = [r["chi2"] for r in rows if r["chi2"] is not None]
+    if chi2:
+        print(f"  ICP's own information, inflation out: median chi-square of the truth {np.median(chi2):.0f} "
+              f"({len(chi2)} pairs): {np.median(chi2) / CHI2_6_MEDIAN:.0f} x the 6-dof median, the inflation "
+              f"these pairs call for")
 
     ref = frames_with_keyframes(stamps, keyframes)
     measured = [r for r in rows if r["measured_T_ab"] is not None]
     report = {"run": str(args.run), "ate_cm": run_ate, "pairs": len(pairs),
               "medians": {k: _median(rows, k) for k in ("run", "measure", "rgbd_from_run", "rgbd_from_gt",
-                                                        "rgbd_starts_apart")}, "depth_mm": depth, "ceiling": []}
+                                                        "rgbd_starts_apart")}, "depth_mm": depth,
+              "chi2_median": float(np.median(chi2)) if chi2 else None, "ceiling": []}
     print("\nATE (cm) after the keyframe pose graph with loop edges (kept by the back end / given)")
     for count in args.edges:
         rng = np.random.default_rng([args.seed, count])     # a count's pairs do not depend on the others
