@@ -18,7 +18,7 @@ from typing import Optional
 import cv2
 import numpy as np
 
-from slam.geometry import invert
+from slam.geometry import invert, motion_size
 
 
 def sharpness(color: np.ndarray) -> float:
@@ -53,10 +53,10 @@ def motion_errors(run: list, truth: list, step: int) -> tuple[np.ndarray, np.nda
         if any(p is None for p in (run[i], run[i - step], truth[i], truth[i - step])):
             continue
         moved, true = invert(run[i - step]) @ run[i], invert(truth[i - step]) @ truth[i]
+        shift_m, turn_deg = motion_size(true)
         idx.append(i)
-        err.append(100.0 * np.linalg.norm((invert(true) @ moved)[:3, 3]))
-        turn = np.degrees(np.arccos(np.clip((np.trace(true[:3, :3]) - 1.0) / 2.0, -1.0, 1.0)))
-        size.append(100.0 * np.linalg.norm(true[:3, 3]) + turn)
+        err.append(100.0 * motion_size(invert(true) @ moved)[0])
+        size.append(100.0 * shift_m + turn_deg)
     return np.array(idx, dtype=int), np.array(err), np.array(size)
 
 

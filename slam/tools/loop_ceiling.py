@@ -26,22 +26,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from slam.geometry import invert
+from slam.geometry import invert, motion_size
 
 MAX_TIME_DIFF = 0.02
 
 
 def relative_error(T_ref: np.ndarray, T: np.ndarray) -> tuple[float, float]:
     """(translation cm, rotation deg) of relative pose T (4, 4) against T_ref (4, 4)."""
-    E = invert(T_ref) @ T
-    c = (np.trace(E[:3, :3]) - 1.0) / 2.0
-    return float(np.linalg.norm(E[:3, 3]) * 100.0), math.degrees(math.acos(max(-1.0, min(1.0, c))))
+    shift_m, turn_deg = motion_size(invert(T_ref) @ T)
+    return shift_m * 100.0, turn_deg
 
 
 CHI2_6_MEDIAN = 5.348    # the median of the chi-square distribution with 6 degrees of freedom
