@@ -105,9 +105,8 @@ def test_the_tool_on_a_run_folder_of_the_sample(tmp_path, capsys):
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["pairs"] > 0
     # exact synthetic depth: ICP knows its error far better than on real data (inflation ~1, not 100)
-    from slam.loop.information import NOISE_INFLATION
-    from slam.tools.loop_ceiling import CHI2_6_MEDIAN
-    assert 0.0 < report["chi2_median"] < 0.2 * NOISE_INFLATION * CHI2_6_MEDIAN
+    from slam.loop.information import NOISE_INFLATION, chi2_quantile
+    assert 0.0 < report["chi2_median"] < 0.2 * NOISE_INFLATION * chi2_quantile(0.5, 6)
     every = report["ceiling"][-1]
     assert every["pairs"] == report["pairs"]
     assert every["ground_truth_edges_cm"] < 0.5 * report["ate_cm"]

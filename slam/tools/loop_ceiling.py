@@ -42,21 +42,17 @@ def relative_error(T_ref: np.ndarray, T: np.ndarray) -> tuple[float, float]:
     return shift_m * 100.0, turn_deg
 
 
-CHI2_6_MEDIAN = 5.348    # the median of the chi-square distribution with 6 degrees of freedom
-
-
 def uninflated_chi2(measured, T_true: np.ndarray) -> Optional[float]:
     """e^T I e / NOISE_INFLATION's inverse: the squared Mahalanobis distance of the true relative
     pose T_true (4, 4) from an ICP measurement (``slam.loop.verify.Measurement``) under its
     information without the inflation (e = Logmap(inv(T_ab) T_true), rotation then translation);
     None for other measurements or without information."""
     from slam.geometry import se3_log
-    from slam.loop.information import NOISE_INFLATION
+    from slam.loop.information import NOISE_INFLATION, mahalanobis2
 
     if measured is None or measured.information is None or measured.method != "icp":
         return None
-    e = se3_log(invert(measured.T_ab) @ T_true)
-    return float(e @ measured.information @ e) * NOISE_INFLATION
+    return mahalanobis2(se3_log(invert(measured.T_ab) @ T_true), measured.information) * NOISE_INFLATION
 
 
 def frames_with_keyframes(stamps: np.ndarray, keyframes: list) -> np.ndarray:
@@ -211,9 +207,10 @@ def main(argv: Optional[list] = None) -> int:
           + ", ".join(f"{name} {v:.1f}" for name, v in depth.items()))
     chi2 = [r["chi2"] for r in rows if r["chi2"] is not None]
     if chi2:
+        from slam.loop.information import chi2_quantile
         print(f"  ICP's own information, inflation out: median chi-square of the truth {np.median(chi2):.0f} "
-              f"({len(chi2)} pairs): {np.median(chi2) / CHI2_6_MEDIAN:.0f} x the 6-dof median, the inflation "
-              f"these pairs call for")
+              f"({len(chi2)} pairs): {np.median(chi2) / chi2_quantile(0.5, 6):.0f} x the 6-dof median, the "
+              f"inflation these pairs call for")
 
     ref = frames_with_keyframes(stamps, keyframes)
     measured = [r for r in rows if r["measured_T_ab"] is not None]
