@@ -1,5 +1,6 @@
 """Relocalisation attempts off the tracking thread: one at a time, handed over at the next poll."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -53,3 +54,43 @@ def test_an_attempts_exception_reaches_the_polling_thread():
     with pytest.raises(RuntimeError, match="render failed"):
         bg.poll()
     assert bg.poll() is None
+
+
+def test_wait_blocks_until_a_running_attempt_has_ended():
+    bg = BackgroundAttempts(threaded=True)
+    ended = threading.Event()
+
+    def slow():
+        time.sleep(0.3)
+        ended.set()
+        return _result()
+
+    bg.submit(5, 0.2, slow, torch.device("cpu"))
+    bg.wait()
+    assert ended.is_set() and not bg.busy
+    bg.wait()                                               # nothing running: returns at once
+
+
+def test_a_threaded_run_ends_only_after_an_attempt_started_at_its_last_frame(sample_run):
+    """An attempt still running when the stream ends is waited for before the run returns: a
+    daemon worker left inside torch's C++ code at interpreter exit aborts the process
+    ("terminate called without an active exception", exit -6)."""
+    cfg = sample_run.cfg(4)
+    from slam.data.sources import open_source
+    from slam.runtime.system import SlamSystem
+    system = SlamSystem(cfg)
+    ended = threading.Event()
+
+    def slow():                                  # longer than the final refinement after it
+        time.sleep(4.0)
+        ended.set()
+        return _result(False)
+
+    def at_the_last_frame(frame, rec, snap):
+        if frame.index == 3:
+            system.frontend.attempts.submit(frame.index, frame.timestamp, slow, torch.device("cpu"))
+
+    system.frame_hooks.append(at_the_last_frame)
+    system.run(open_source(cfg.data))
+    assert ended.is_set()
+    assert not any(t.name == "relocalise" and t.is_alive() for t in threading.enumerate())

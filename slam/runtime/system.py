@@ -148,6 +148,11 @@ class SlamSystem:
         threaded runner then lets each keyframe be mapped before the next frame is tracked."""
         return self.frontend.clock.slow
 
+    def end_tracking(self) -> None:
+        """No more frames will be tracked (tracking thread, as it ends): work the tracker started
+        off its thread (a relocalisation attempt) has finished when this returns."""
+        self.frontend.end()
+
     def track_frame(self, frame: Frame, obs: Optional[Observation] = None) -> tuple[FrameRecord, Optional[Keyframe]]:
         """Track one frame (tracking thread); returns its record and the keyframe it makes, if any.
         ``obs``: the frame's ``observation``, when it was staged ahead (``slam.runtime.staging``)."""

@@ -148,6 +148,7 @@ class _ThreadedRun:
                 if self.progress:
                     self.progress(rec)
         finally:
+            system.end_tracking()
             self.keyframes.close()
 
     def mapping_loop(self) -> None:

@@ -194,6 +194,7 @@ def map_further(config: str, overrides: list, system, start: int, keyframes: int
             loop_cpu.append((time.thread_time() - c0) * 1e3)
         else:
             loop_prof.append(profiled(lambda: system.loop_step(message), cuda))
+    system.end_tracking()
     if not mapping_prof:
         raise SystemExit(f"slam_profile: no keyframe to profile after frame {start}: the sequence ended")
     records = system.recorder.frames

@@ -75,6 +75,13 @@ class BackgroundAttempts:
         except BaseException as exc:  # noqa: BLE001 - handed to the tracking thread by poll()
             self._error = exc
 
+    def wait(self) -> None:
+        """Block until a running attempt has ended (its result stays unread). The tracking thread
+        calls this as it ends: a daemon worker still inside torch's C++ code when the interpreter
+        exits aborts the process ("terminate called without an active exception")."""
+        if self._thread is not None:
+            self._thread.join()
+
     def poll(self) -> Optional[Finished]:
         """The finished attempt not yet handed out, or None; re-raises an attempt's exception on
         the calling thread."""

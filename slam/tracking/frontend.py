@@ -198,6 +198,11 @@ class TrackingFrontend:
             res.reinit, res.reinit_ms = untrusted.reason, self.reinit.ms - ms0
         return res
 
+    def end(self) -> None:
+        """The stream has ended (tracking thread): waits for a relocalisation attempt still
+        running off the thread; its result is dropped."""
+        self.attempts.wait()
+
     @property
     def failures(self) -> int:
         """Frames the tracker reported as failed so far."""
