@@ -56,19 +56,48 @@ def test_an_attempts_exception_reaches_the_polling_thread():
     assert bg.poll() is None
 
 
-def test_wait_blocks_until_a_running_attempt_has_ended():
+def test_stop_tells_a_running_attempt_to_give_up_and_waits_for_it():
     bg = BackgroundAttempts(threaded=True)
     ended = threading.Event()
 
-    def slow():
-        time.sleep(0.3)
+    def until_told():                                       # an attempt that checks bg.stopping
+        told = bg.stopping.wait(30)
+        time.sleep(0.2)                                     # its last step, after the check
         ended.set()
-        return _result()
+        return _result(told)
 
-    bg.submit(5, 0.2, slow, torch.device("cpu"))
-    bg.wait()
-    assert ended.is_set() and not bg.busy
-    bg.wait()                                               # nothing running: returns at once
+    bg.submit(5, 0.2, until_told, torch.device("cpu"))
+    t0 = time.perf_counter()
+    bg.stop()
+    assert ended.is_set() and not bg.busy and time.perf_counter() - t0 < 10
+    bg.stop()                                               # nothing running: returns at once
+
+
+def test_a_relocalisation_told_to_stop_gives_up_before_its_costly_steps(monkeypatch):
+    """With ``stop`` set, ``Relocaliser.relocalise`` scores the keyframe poses (cheap coarse
+    renders) but neither matches features nor refines a candidate: a result that is not ok."""
+    import slam.tracking.relocalise as reloc
+    from slam.config import load_config
+    from slam.map.snapshot import MapSnapshot
+    from slam.observation import Observation
+    from test_relocalise import _keyframes
+
+    def costly(*_a, **_k):
+        raise AssertionError("a costly step ran after stop was set")
+
+    monkeypatch.setattr(reloc, "Tracker", costly)
+    monkeypatch.setattr(reloc, "orb_features", costly)
+    cfg = load_config(None, ["system.device=cpu", "raster.backend=cpu"])
+    kfs = _keyframes(2)
+    relocaliser = reloc.Relocaliser(kfs, cfg.relocalise, cfg.tracking, cfg.quality, "cpu")
+    empty = torch.zeros(0, 3)
+    snap = MapSnapshot(empty, torch.zeros(0), empty, torch.zeros(0), 1, None, {}, ())
+    kf = kfs[0]
+    obs = Observation.from_numpy(kf.color, kf.depth.astype(np.float32), kf.K, torch.device("cpu"))
+    stop = threading.Event()
+    stop.set()
+    res = relocaliser.relocalise(obs, snap, stop)
+    assert not res.ok and res.loss == float("inf") and res.candidates > 0
 
 
 def test_a_threaded_run_ends_only_after_an_attempt_started_at_its_last_frame(sample_run):

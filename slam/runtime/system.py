@@ -150,7 +150,8 @@ class SlamSystem:
 
     def end_tracking(self) -> None:
         """No more frames will be tracked (tracking thread, as it ends): work the tracker started
-        off its thread (a relocalisation attempt) has finished when this returns."""
+        off its thread (a relocalisation attempt) has been told to give up and has finished when
+        this returns."""
         self.frontend.end()
 
     def track_frame(self, frame: Frame, obs: Optional[Observation] = None) -> tuple[FrameRecord, Optional[Keyframe]]:

@@ -39,6 +39,9 @@ class BackgroundAttempts:
         self._thread: Optional[threading.Thread] = None
         self._done: Optional[Finished] = None
         self._error: Optional[BaseException] = None
+        # Set by ``stop``: an attempt checks it between its costly steps and gives up (the
+        # relocaliser's ``stop`` argument), so the end of a stream does not wait for a whole attempt.
+        self.stopping = threading.Event()
 
     @property
     def busy(self) -> bool:
@@ -75,10 +78,12 @@ class BackgroundAttempts:
         except BaseException as exc:  # noqa: BLE001 - handed to the tracking thread by poll()
             self._error = exc
 
-    def wait(self) -> None:
-        """Block until a running attempt has ended (its result stays unread). The tracking thread
-        calls this as it ends: a daemon worker still inside torch's C++ code when the interpreter
-        exits aborts the process ("terminate called without an active exception")."""
+    def stop(self) -> None:
+        """Tell a running attempt to give up (``stopping``) and block until it has ended; its result
+        stays unread. The tracking thread calls this as it ends: a daemon worker still inside
+        torch's C++ code when the interpreter exits aborts the process ("terminate called without
+        an active exception")."""
+        self.stopping.set()
         if self._thread is not None:
             self._thread.join()
 

@@ -176,7 +176,8 @@ class TrackingFrontend:
         log.warning("tracking lost for %d frames: relocalising frame %d against %d keyframes",
                     self.policy.failures, index, len(keyframes))
         relocaliser = self._relocaliser(keyframes)
-        self.attempts.submit(index, timestamp, lambda: relocaliser.relocalise(obs, snap), obs.depth.device)
+        stop = self.attempts.stopping
+        self.attempts.submit(index, timestamp, lambda: relocaliser.relocalise(obs, snap, stop), obs.depth.device)
         return res
 
     def _track(self, obs: Observation, snap: MapSnapshot, untrusted: Optional[Distrust],
@@ -199,9 +200,9 @@ class TrackingFrontend:
         return res
 
     def end(self) -> None:
-        """The stream has ended (tracking thread): waits for a relocalisation attempt still
-        running off the thread; its result is dropped."""
-        self.attempts.wait()
+        """The stream has ended (tracking thread): a relocalisation attempt still running off the
+        thread gives up at its next step and is waited for; its result is dropped."""
+        self.attempts.stop()
 
     @property
     def failures(self) -> int:

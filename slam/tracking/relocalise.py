@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -103,8 +104,10 @@ class Relocaliser:
 
     # ------------------------------------------------------------------ public
     @torch.no_grad()
-    def relocalise(self, obs: Observation, snap: MapSnapshot) -> RelocResult:
-        """Estimate the pose of ``obs`` (at the tracking resolution) in ``snap``'s map."""
+    def relocalise(self, obs: Observation, snap: MapSnapshot, stop: Optional[threading.Event] = None) -> RelocResult:
+        """Estimate the pose of ``obs`` (at the tracking resolution) in ``snap``'s map. ``stop``:
+        once set (the stream has ended), the attempt gives up before its next costly step and
+        returns a result that is not ok."""
         t0 = time.perf_counter()
         self.attempts += 1
         factor = max(1, obs.width // self.cfg.coarse_width)
@@ -123,10 +126,19 @@ class Relocaliser:
         # merit (geometric evidence), not on the coarse score (a true pose near the map's edge
         # scores worse than a wrong pose looking at a well-mapped wall).
         n_scored = len(cands) + len(self.poses)
+
+        def given_up() -> RelocResult:
+            return RelocResult(self.poses[ranked[0]], False, 0.0, math.inf, ranked[0], n_scored,
+                               (time.perf_counter() - t0) * 1e3)
+
+        if stop is not None and stop.is_set():
+            return given_up()
         if self.cfg.use_features:
             query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
             pnp = []
             for i in ranked[: self.cfg.pnp_k]:
+                if stop is not None and stop.is_set():
+                    return given_up()
                 found = pnp_pose(query, obs.K.cpu().numpy(), self.keyframes[i], orb_features(self.keyframes[i].color))
                 if found is not None:
                     pnp.append((-float(found[1]), found[0], i))
@@ -136,6 +148,8 @@ class Relocaliser:
         verify_obs = obs.downsampled(max(1, obs.width // VERIFY_WIDTH))
         best: Optional[RelocResult] = None
         for _, T0, kf in picked:
+            if stop is not None and stop.is_set():
+                return given_up()
             tracker = Tracker(self.track_cfg, self.quality_cfg, self.backend)
             tracker.initialise(T0)
             res = tracker.track(obs, snap)
