@@ -71,6 +71,10 @@ def test_stop_tells_a_running_attempt_to_give_up_and_waits_for_it():
     bg.stop()
     assert ended.is_set() and not bg.busy and time.perf_counter() - t0 < 10
     bg.stop()                                               # nothing running: returns at once
+    assert bg.poll().result.ok                              # it was told (its result stays unread)
+    bg.submit(6, 0.3, lambda: _result(not bg.stopping.is_set()), torch.device("cpu"))
+    bg._thread.join(10)
+    assert bg.poll().result.ok                              # a new attempt is not told to stop
 
 
 def test_a_relocalisation_told_to_stop_gives_up_before_its_costly_steps(monkeypatch):

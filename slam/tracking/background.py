@@ -53,6 +53,7 @@ class BackgroundAttempts:
         ``device``, and holds every tensor it reads) unless one is running or unread."""
         if self.busy or self._done is not None:
             return
+        self.stopping.clear()     # a stop before (an earlier stream's end) does not hold this one
         if not self.threaded:
             self._done = Finished(frame, timestamp, attempt())
             return
