@@ -109,6 +109,7 @@ class Relocaliser:
         once set (the stream has ended), the attempt gives up before its next costly step and
         returns a result that is not ok."""
         t0 = time.perf_counter()
+        stop = stop if stop is not None else threading.Event()   # None: never told to stop
         self.attempts += 1
         factor = max(1, obs.width // self.cfg.coarse_width)
         coarse = obs.downsampled(factor)
@@ -131,13 +132,13 @@ class Relocaliser:
             return RelocResult(self.poses[ranked[0]], False, 0.0, math.inf, ranked[0], n_scored,
                                (time.perf_counter() - t0) * 1e3)
 
-        if stop is not None and stop.is_set():
+        if stop.is_set():
             return given_up()
         if self.cfg.use_features:
             query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
             pnp = []
             for i in ranked[: self.cfg.pnp_k]:
-                if stop is not None and stop.is_set():
+                if stop.is_set():
                     return given_up()
                 found = pnp_pose(query, obs.K.cpu().numpy(), self.keyframes[i], orb_features(self.keyframes[i].color))
                 if found is not None:
@@ -148,7 +149,7 @@ class Relocaliser:
         verify_obs = obs.downsampled(max(1, obs.width // VERIFY_WIDTH))
         best: Optional[RelocResult] = None
         for _, T0, kf in picked:
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 return given_up()
             tracker = Tracker(self.track_cfg, self.quality_cfg, self.backend)
             tracker.initialise(T0)
