@@ -3,8 +3,7 @@ loaders' preprocessing, observations' pyramid levels, keyframes, saved maps, the
 
 Conventions: OpenCV pinhole, K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]] in pixels, pixel centres
 at integer coordinates. Downscaling by a factor ``s`` maps pixel block ``[s*u, s*u + s)`` to pixel
-``u``, so ``fx' = fx/s, fy' = fy/s, cx' = (cx + 0.5)/s - 0.5, cy' = (cy + 0.5)/s - 0.5``; keeping
-every ``s``-th pixel (``image[::s, ::s]``: pixel ``s*u`` becomes ``u``) gives ``cx' = cx/s``.
+``u``, so ``fx' = fx/s, fy' = fy/s, cx' = (cx + 0.5)/s - 0.5, cy' = (cy + 0.5)/s - 0.5``.
 """
 from __future__ import annotations
 
@@ -26,15 +25,3 @@ def scale_K(K, s: float):
     K2[0, 2] = (K2[0, 2] + 0.5) / s - 0.5
     K2[1, 2] = (K2[1, 2] + 0.5) / s - 0.5
     return K2
-
-
-def subsample_K(K: torch.Tensor, s: int) -> torch.Tensor:
-    """Intrinsics (3, 3) of ``image[::s, ::s]`` (every ``s``-th row and column from the first:
-    point samples, pixel ``s*u`` becomes ``u``): all four values / ``s``. ``K``: (3, 3) tensor, pixels;
-    the result keeps its dtype and device."""
-    if s == 1:
-        return K
-    out = K.clone()
-    out[:2] = out[:2] / s
-    out[2, 2] = 1.0
-    return out

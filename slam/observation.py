@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import rasterizer
-from slam.camera import scale_K, subsample_K
+from slam.camera import scale_K
 
 
 @dataclass
@@ -52,14 +52,6 @@ class Observation:
             return self
         color, depth = rasterizer.downsample(self.color, self.depth, factor)
         return Observation(color, depth, scale_K(self.K, factor))
-
-    def subsampled(self, step: int) -> "Observation":
-        """Every ``step``-th row and column from the first (point samples, no averaging: the
-        pixels a render at this resolution's intrinsics places exactly on the kept ones)."""
-        if step == 1:
-            return self
-        return Observation(self.color[::step, ::step].contiguous(), self.depth[::step, ::step].contiguous(),
-                           subsample_K(self.K, step))
 
 
 _staging = threading.local()   # per thread: {(shape, dtype, device): StagedUpload}

@@ -1,9 +1,8 @@
 """Downscale and intrinsics scaling: pixel-centre convention, validity-aware depth."""
 import numpy as np
 import pytest
-import torch
 
-from slam.camera import scale_K, subsample_K
+from slam.camera import scale_K
 from slam.data.preprocess import K_from_params, downscale_color, downscale_depth
 
 
@@ -21,18 +20,6 @@ def test_scaled_K_projects_to_the_same_block(s):
     # pixel-centre convention: full-res coordinate u maps to (u + 0.5)/s - 0.5
     np.testing.assert_allclose(_project(K2, X), (u + 0.5) / s - 0.5, atol=1e-12)
     assert K2[0, 0] == 500.0 / s and K2[1, 1] == 510.0 / s
-
-
-@pytest.mark.parametrize("s", [2, 3])
-def test_subsampled_K_projects_a_kept_pixel_to_its_new_index(s):
-    """image[::s, ::s] keeps full-resolution pixel s*u as pixel u: a point seen at pixel (s*u, s*v)
-    projects to (u, v) with ``subsample_K``."""
-    K = K_from_params([500.0, 510.0, 319.5, 239.5])
-    u, v = 7, 5
-    X = np.linalg.solve(K, [s * u, s * v, 1.0]) * 2.0      # on pixel (s*u, s*v)'s ray, 2 m away
-    K2 = subsample_K(torch.tensor(K, dtype=torch.float64), s).numpy()
-    np.testing.assert_allclose(_project(K2, X), [u, v], atol=1e-9)
-    assert K2[2].tolist() == [0.0, 0.0, 1.0]
 
 
 def test_colour_downscale_is_area_average_and_crops_remainder():
@@ -66,6 +53,8 @@ def test_downscale_one_is_identity():
 def test_tracker_pyramid_downsamples_depth_like_the_loaders():
     """Observation.downsampled (the tracker's pyramid) and Keyframe.from_frame use the loaders'
     median-of-valid-pixels rule: a pyramid level equals the frame loaded at that resolution."""
+    import torch
+
     from slam.data.frame import Frame
     from slam.data.preprocess import downscale_depth
     from slam.map.keyframes import Keyframe

@@ -1,9 +1,8 @@
 """The tracker on a map built from the start of the bundled sample: without the exposure term,
 with the observation-gradient blend at every level, and against the render-difference oracle
-(tests/render_oracle.py) on a real frame; on every second pixel (``tracking.pixel_stride``)."""
+(tests/render_oracle.py) on a real frame."""
 import numpy as np
 import pytest
-import torch
 
 import render_oracle
 from slam.data.sources import open_source
@@ -72,37 +71,3 @@ def test_the_solver_agrees_with_the_render_difference_oracle_on_a_sample_frame(s
     assert shift < 1.5e-3 and np.degrees(turn) < 0.05, (shift, np.degrees(turn))
     assert ours.loss <= oracle.loss * 1.001
     assert relative_motion(ours.T_wc, frame.gt_pose)[0] < 0.5 * relative_motion(start, frame.gt_pose)[0]
-
-
-def test_tracking_on_every_second_pixel_evaluates_a_quarter_of_each_level(sample_map, monkeypatch):
-    """``tracking.pixel_stride=2``: every pyramid level is evaluated on image[::2, ::2] with the
-    intrinsics of those pixels and its valid mask sampled alike; frame 9 from frame 8's tracked
-    pose is still tracked (at 80x60 and 40x30 samples: 7.6 mm / 0.33 deg off the ground truth; all
-    pixels 2.0 mm / 0.08 deg)."""
-    import dataclasses
-
-    from rasterizer import lm_state
-
-    cfg, system, frame = sample_map
-    seen = []
-    real = lm_state.gauss_newton_lm
-
-    def recording(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid, *a, **kw):
-        seen.append((width, height, K.clone(), tuple(obs_color.shape), tuple(valid.shape)))
-        return real(means, radii, colors, opacities, K, width, height, obs_color, obs_depth, valid, *a, **kw)
-
-    monkeypatch.setattr(lm_state, "gauss_newton_lm", recording)
-    obs = system.observation(frame)
-    tracking = dataclasses.replace(cfg.tracking, pixel_stride=2)
-    tracker = Tracker(tracking, cfg.quality, "cpu")
-    tracker.initialise(system.recorder.snapshot()[0][8].T_wc)
-    result = tracker.track(obs, system.latest_map())
-    assert result.ok
-    sizes = {(w, h) for w, h, *_ in seen}
-    levels = [(obs.width // 2 ** lv // 2, obs.height // 2 ** lv // 2) for lv in range(tracking.pyramid_levels)]
-    assert sizes == set(levels), (sizes, levels)
-    finest = next(s for s in seen if s[0] == levels[0][0])
-    assert finest[3] == (levels[0][1], levels[0][0], 3) and finest[4] == (levels[0][1], levels[0][0])
-    assert torch.allclose(finest[2][:2], obs.K[:2] / 2)
-    shift, turn = relative_motion(result.T_wc, frame.gt_pose)
-    assert shift < 0.012 and np.degrees(turn) < 0.6, (shift, np.degrees(turn))

@@ -225,7 +225,7 @@ def validate(cfg: Config) -> None:
     positive = {
         "data.stride": cfg.data.stride, "data.downscale": cfg.data.downscale,
         "data.repeat": cfg.data.repeat, "tracking.pyramid_levels": cfg.tracking.pyramid_levels,
-        "tracking.downscale": cfg.tracking.downscale, "tracking.pixel_stride": cfg.tracking.pixel_stride,
+        "tracking.downscale": cfg.tracking.downscale,
         "mapping.window": cfg.mapping.window, "mapping.max_keyframes": cfg.mapping.max_keyframes,
         "mapping.keyframe_every": cfg.mapping.keyframe_every, "map.max_spheres": cfg.map.max_spheres,
         "map.chunk": cfg.map.chunk, "system.queue_size": cfg.system.queue_size,

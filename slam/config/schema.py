@@ -74,9 +74,6 @@ class TrackingConfig:
     coarse_share: float = 0.6       # share of the iterations spent on the coarser levels
     downscale: int = 1              # frames are tracked (and relocalised) at the input / this
                                     # factor: the finest pyramid level
-    pixel_stride: int = 1           # every pyramid level is tracked on every n-th row and column
-                                    # of its pixels (point samples, as sharp as the map's render;
-                                    # 2 = a quarter of the pixels); 1 = all
     exposure: bool = True           # per-frame affine exposure (gain, bias) on colour
     min_known_fraction: float = 0.05  # a map covering less of the valid depth than this = nothing
                                     # to judge the pose by (a dropout, a view away from the map).

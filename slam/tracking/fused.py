@@ -189,13 +189,8 @@ class FusedSolver:
         q = TrackQuality(known, res.n_depth_in / cnt, res.n_color_in / cnt, conditioning(res.H))
         T_wc = invert(host[L.T:L.T + 16].reshape(4, 4))
         T_wc = orthonormalize(T_wc) if np.all(np.isfinite(T_wc)) else T_wc   # NaN: failed by the tracker
-        # With tracking.pixel_stride s the normal equations sum 1/s^2 of the pixels; the pose's
-        # information is scaled back to the whole frame's, as if each skipped pixel told what its
-        # kept neighbour does (neighbouring pixels' noise is correlated), so the loop stage weighs
-        # a keyframe's odometry alike at every stride.
-        H = res.H.numpy() * float(self.cfg.pixel_stride ** 2)
         return TrackResult(T_wc, res.l1 / cnt, known, True, False, trials, q,
-                           information=pivot_information_to_body(H, float(host[L.PIVOT])))
+                           information=pivot_information_to_body(res.H.numpy(), float(host[L.PIVOT])))
 
 
 def pivot_depth(depth: torch.Tensor) -> torch.Tensor:
@@ -292,7 +287,7 @@ class FrameGraphs:
     def _frame(self, schedule) -> None:
         """The captured work: pyramid, pivot, LM (the start state is already in place)."""
         self.state[L.PIVOT:L.PIVOT + 1] = pivot_depth(self.obs.depth)
-        pyramid = lm.pyramid(self.obs, len(schedule), self.solver.cfg.pixel_stride)
+        pyramid = lm.pyramid(self.obs, len(schedule))
         self.solver.run_levels(self.scene, pyramid, self.state, schedule, stop_when_done=False)
 
     def _capture(self, key, schedule) -> None:

@@ -15,19 +15,13 @@ MIN_DAMPING = 1e-6
 MIN_DIAGONAL = 1e-9
 
 
-def pyramid(obs: Observation, levels: int, pixel_stride: int = 1) -> list[tuple[Observation, torch.Tensor]]:
+def pyramid(obs: Observation, levels: int) -> list[tuple[Observation, torch.Tensor]]:
     """Coarse-to-fine levels of ``obs`` (finest = ``obs`` itself, each coarser one half the
-    resolution), each with its (H, W) bool mask of valid depth away from depth edges. With
-    ``pixel_stride`` s > 1 each level keeps every s-th row and column of its pixels
-    (``Observation.subsampled``; the mask is found at the level's full resolution first): 1/s^2 of
-    the pixels, each as sharp as before (``tracking.pixel_stride``)."""
+    resolution), each with its (H, W) bool mask of valid depth away from depth edges."""
     out = []
     for level in reversed(range(levels)):
         o = obs.downsampled(2**level)
-        valid = depth_edge_mask(o.depth)
-        if pixel_stride > 1:
-            o, valid = o.subsampled(pixel_stride), valid[::pixel_stride, ::pixel_stride].contiguous()
-        out.append((o, valid))
+        out.append((o, depth_edge_mask(o.depth)))
     return out
 
 

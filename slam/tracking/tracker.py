@@ -50,14 +50,14 @@ class Levels:
     (``lm.pyramid``), built on first use and then shared by the frame's LM runs. The solver's CUDA
     graph builds its own pyramid inside the graph from ``obs``."""
 
-    def __init__(self, obs: Observation, levels: int, pixel_stride: int = 1) -> None:
-        self.obs, self.count, self.pixel_stride = obs, levels, pixel_stride
+    def __init__(self, obs: Observation, levels: int) -> None:
+        self.obs, self.count = obs, levels
         self._pyramid: Optional[list] = None
 
     def pyramid(self) -> list:
         """[(Observation, (H, W) bool valid mask)] coarse to fine."""
         if self._pyramid is None:
-            self._pyramid = lm.pyramid(self.obs, self.count, self.pixel_stride)
+            self._pyramid = lm.pyramid(self.obs, self.count)
         return self._pyramid
 
 
@@ -139,7 +139,7 @@ class Tracker:
         (a large predicted motion: the search costs more than the refinement). ``prior``:
         ``guess(timestamp)`` when the caller already has it."""
         self._renders = 0
-        levels = Levels(obs, self.cfg.pyramid_levels, self.cfg.pixel_stride)
+        levels = Levels(obs, self.cfg.pyramid_levels)
         prior = self.guess(timestamp) if prior is None else prior
         iters = self.cfg.iters if coarse is None else self.cfg.recovery_iters
         result = self._optimise(levels, snapshot, prior, iters)
