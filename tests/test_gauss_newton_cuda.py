@@ -93,6 +93,25 @@ def test_cuda_long_tile_lists():
     assert_gn_close(a, b, rel=1e-4, rel_cost=1e-5, counts=2)
 
 
+@pytest.mark.parametrize("opacity", [(0.01, 0.05), (0.6, 1.0)], ids=["translucent", "opaque"])
+def test_cuda_list_walked_in_parts_equals_one_walk(opacity, monkeypatch):
+    """A tile's list walked by 1, 2 or 4 segments (SPHERE_GN_SEGMENTS; gn_cuda.cu segments_for)
+    gives the same pass: translucent spheres leave transmittance for the back of long lists (every
+    part counts: no pixel stops, mean transmittance 0.01); opaque ones stop every pixel part-way
+    (the parts behind a stop must not count; both fractions from a NumPy walk of these scenes)."""
+    s = random_scene(4000, 48, 32, seed=5, r=(0.05, 0.3), opacity=opacity)
+    obs = gn_observation(s, seed=5)
+    cpu = gn_run(s, "cpu", obs)
+    for k in ("1", "2", "4"):
+        monkeypatch.setenv("SPHERE_GN_SEGMENTS", k)
+        for deriv in (True, False):
+            a = gn_run(s, "cuda", obs, device="cuda", derivatives=deriv)
+            if deriv:
+                assert_gn_close(a, cpu, rel=1e-4, rel_cost=1e-5, counts=2, name=f"{k} segments")
+            else:
+                assert abs(a.cost - cpu.cost) <= 1e-5 * abs(cpu.cost), (k, a.cost, cpu.cost)
+
+
 def test_cuda_cost_only_equals_full_mode():
     s = random_scene(3000, 160, 120, seed=9)
     obs = gn_observation(s, seed=9)

@@ -6,7 +6,10 @@
 //   for the pair count, as every render; none when capped) -> gn_tile_kernel: one 8x8 block per
 //   tile (kGnTile), shared-memory batches of 64 spheres front to back as in the render, each pixel
 //   carrying its pose derivatives (sr::gn_blend) and ending with its share of H, g, cost and the
-//   statistics (sr::gn_pixel_values); per block the 50 values are summed in float (warp
+//   statistics (sr::gn_pixel_values); on a launch of fewer tiles than the GPU has room for, each
+//   tile's list is walked in 1, 2 or 4 consecutive parts by as many 64-thread segments of its
+//   block and the parts joined (sr::gn_combine; segments_for says when); per block the 50 values
+//   are summed in float (warp
 //   reduce-scatter, then 2 warps through shared memory) and added into the result with one float64
 //   atomic per value.
 // Why 8x8 tiles and not the render's 16x16: a pixel walks its tile's whole list (real maps rarely
@@ -22,6 +25,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "gn_math.h"
@@ -41,8 +45,12 @@ static_assert(kBlock % 32 == 0 && kBlock >= sr::kGnValues && kGnTile <= sr::kTil
 constexpr int kPad = 64;  // the kGnValues values padded to two warp reduce-scatters of 32
 static_assert(sr::kGnValues <= kPad && sr::kGnValues > 32, "two reduce-scatter rounds");
 static_assert(sizeof(sr::PoseJac) == 64, "PoseJac is loaded as four float4");
-// Resident blocks per SM the derivative variant is compiled for (<= 128 registers per thread).
-constexpr int kGnBlocksPerSM = 512 / kBlock;
+// Resident threads (blocks of one segment) per SM the derivative variant is compiled for (<= 128
+// registers per thread).
+constexpr int kGnThreadsPerSM = 512;
+constexpr int kGnBlocksPerSM = kGnThreadsPerSM / kBlock;
+constexpr int kStateFloats = (int)(sizeof(sr::GnState) / sizeof(float));
+static_assert(sizeof(sr::GnState) == 35 * sizeof(float), "GnState: T, C[3], D, dT[6], dC[18], dD[6]");
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
@@ -69,8 +77,66 @@ __global__ void pose_jacobian_kernel(int n, const float* __restrict__ world,
   jac[i] = sr::pose_jacobian(x, y, z, r, pivot_z, cam, s);
 }
 
+// Shared memory of a tile block of K segments: the staged batches (one slot per thread) while
+// the parts are walked, then the parts' states for the join (segments 1 .. K-1, field-major).
+template <bool DERIV, int K>
+union GnShared {
+  struct {
+    float4 geo[kBlock * K];  // u v ia ic
+    float4 col[kBlock * K];  // c0 c1 c2 opacity
+    float z[kBlock * K];
+    sr::PoseJac jac[DERIV ? kBlock * K : 1];
+  } stage;
+  float part[K > 1 ? K - 1 : 1][kStateFloats][kBlock];
+};
+
+// A pixel's compositing state to / from the field-major rows dst[f][pixel] (DERIV: all
+// kStateFloats fields; else T, C, D).
 template <bool DERIV>
-__global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
+__device__ __forceinline__ void put_state(float (*dst)[kBlock], int p, const sr::GnState& S) {
+  dst[0][p] = S.T;
+  dst[1][p] = S.C[0];
+  dst[2][p] = S.C[1];
+  dst[3][p] = S.C[2];
+  dst[4][p] = S.D;
+  if (DERIV) {
+#pragma unroll
+    for (int k = 0; k < sr::kGnPose; ++k) {
+      dst[5 + k][p] = S.dT[k];
+      dst[11 + k][p] = S.dD[k];
+      dst[17 + 3 * k][p] = S.dC[3 * k];
+      dst[18 + 3 * k][p] = S.dC[3 * k + 1];
+      dst[19 + 3 * k][p] = S.dC[3 * k + 2];
+    }
+  }
+}
+
+template <bool DERIV>
+__device__ __forceinline__ void get_state(float (*src)[kBlock], int p, sr::GnState& S) {
+  S.T = src[0][p];
+  S.C[0] = src[1][p];
+  S.C[1] = src[2][p];
+  S.C[2] = src[3][p];
+  S.D = src[4][p];
+  if (DERIV) {
+#pragma unroll
+    for (int k = 0; k < sr::kGnPose; ++k) {
+      S.dT[k] = src[5 + k][p];
+      S.dD[k] = src[11 + k][p];
+      S.dC[3 * k] = src[17 + 3 * k][p];
+      S.dC[3 * k + 1] = src[18 + 3 * k][p];
+      S.dC[3 * k + 2] = src[19 + 3 * k][p];
+    }
+  }
+}
+
+// One block per tile, K segments of kBlock threads (one per pixel): segment s walks the s-th of K
+// equal consecutive parts of the tile's list, the parts are joined in order (sr::gn_combine). K = 1
+// is the plain front-to-back walk. With K > 1 a first, cheap walk (alpha only) gives each part's
+// transmittance, so each segment knows the pixel's transmittance in front of its part and stops
+// where the pixel stops (gn_blend's T_front); the join ends at the part the pixel stopped in.
+template <bool DERIV, int K>
+__global__ void __launch_bounds__(kBlock * K, DERIV ? kGnBlocksPerSM / K : 1)
     gn_tile_kernel(sr::Camera cam, sr::GnSettings st, const double* __restrict__ lm,
                    const int2* __restrict__ ranges,
                    const int32_t* __restrict__ ids, const float4* __restrict__ splats,
@@ -79,74 +145,127 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
                    const float* __restrict__ background, const float* __restrict__ obs_color,
                    const float* __restrict__ obs_depth, const bool* __restrict__ valid,
                    double* __restrict__ out) {
-  __shared__ float4 s_geo[kBlock];  // u v ia ic
-  __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
-  __shared__ float s_z[kBlock];
-  __shared__ sr::PoseJac s_jac[DERIV ? kBlock : 1];
+  constexpr int kThreads = kBlock * K;
+  __shared__ GnShared<DERIV, K> sm;
+  __shared__ float s_T[K][kBlock];      // each part's transmittance (K > 1)
+  __shared__ bool s_stopped[K][kBlock];  // the pixel stopped inside the part
   __shared__ float s_red[kWarps][kPad];
   if (lm != nullptr && lm[sr::kLmDone] != 0.0) return;  // an LM state whose level is done
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
+  const int seg = tid / kBlock, ptid = tid % kBlock;  // segment (warp-uniform), pixel
   const int lane = tid & 31;
-  const sr_cuda::TilePixel<kGnTile> pix(cam, tile, tid);
+  const sr_cuda::TilePixel<kGnTile> pix(cam, tile, ptid);
   const bool inside = pix.inside(cam);
   const int2 range = ranges[tile];
+  const int part = (range.y - range.x + K - 1) / K;
+  const int s0 = min(range.x + seg * part, range.y), s1 = min(s0 + part, range.y);
+  const int base = seg * kBlock;  // this segment's slots in the staged batch
   const float fpx = (float)pix.px, fpy = (float)pix.py;
+
+  float T_front = 1.0f;  // the pixel's transmittance in front of this segment's part
+  if (K > 1) {
+    float T = 1.0f;
+    bool done = !inside;
+    for (int off = 0; off < part; off += kBlock) {
+      if (__syncthreads_count(done) == kThreads) break;
+      const int k = s0 + off + ptid;
+      if (k < s1) {
+        const int32_t i = ids[k];
+        sm.stage.geo[tid] = splats[i];
+        sm.stage.col[tid].w = opac[i];
+      }
+      __syncthreads();
+      const int cnt = min(kBlock, s1 - s0 - off);
+      for (int j = 0; !done && j < cnt; ++j) {
+        const float4 g = sm.stage.geo[base + j];
+        const sr::Splat sp{g.x, g.y, g.z, g.w};
+        float a, G, du, dv;
+        if (!sr::eval_alpha(fpx, fpy, sp, sm.stage.col[base + j].w, a, G, du, dv)) continue;
+        T = T * (1.0f - a);
+        if (T <= sr::kTMin) {  // the pixel stops here or in front: nothing behind counts
+          T = 0.0f;
+          done = true;
+        }
+      }
+    }
+    s_T[seg][ptid] = T;
+    __syncthreads();
+    for (int b = 0; b < seg; ++b) T_front = T_front * s_T[b][ptid];
+  }
+
   sr::GnState S;
   sr::gn_state_init<DERIV>(S);
-  bool done = !inside;
-  for (int b0 = range.x; b0 < range.y; b0 += kBlock) {
-    if (__syncthreads_count(done) == kBlock) break;
-    const int k = b0 + tid;
-    if (k < range.y) {
+  bool done = !inside || !(T_front > sr::kTMin);
+  bool stopped = false;
+  for (int off = 0; off < part; off += kBlock) {
+    if (__syncthreads_count(done) == kThreads) break;
+    const int k = s0 + off + ptid;
+    if (k < s1) {
       const int32_t i = ids[k];
-      sr_cuda::stage_sphere(tid, i, splats, colors, opac, means, s_geo, s_col, s_z);
-      if (DERIV) s_jac[tid] = jac[i];
+      sr_cuda::stage_sphere(tid, i, splats, colors, opac, means, sm.stage.geo, sm.stage.col, sm.stage.z);
+      if (DERIV) sm.stage.jac[tid] = jac[i];
     }
     __syncthreads();
-    const int cnt = min(kBlock, range.y - b0);
+    const int cnt = min(kBlock, s1 - s0 - off);
     for (int j = 0; !done && j < cnt; ++j) {
-      const float4 g = s_geo[j];
-      const float4 c = s_col[j];
+      const float4 g = sm.stage.geo[base + j];
+      const float4 c = sm.stage.col[base + j];
       const sr::Splat sp{g.x, g.y, g.z, g.w};
       float a, G, du, dv;
       if (!sr::eval_alpha(fpx, fpy, sp, c.w, a, G, du, dv)) continue;
-      if (!sr::gn_blend<DERIV>(S, sp, s_jac[DERIV ? j : 0], c.w, a, G, du, dv, c.x, c.y, c.z,
-                               s_z[j])) {
-        done = true;
+      if (!sr::gn_blend<DERIV>(S, sp, sm.stage.jac[DERIV ? base + j : 0], c.w, a, G, du, dv, c.x,
+                               c.y, c.z, sm.stage.z[base + j], T_front)) {
+        done = stopped = true;
         break;
+      }
+    }
+  }
+  if (K > 1) {  // join the parts in order into segment 0's state
+    __syncthreads();  // every batch read: the staging memory becomes the parts' states
+    if (seg > 0) put_state<DERIV>(sm.part[seg - 1], ptid, S);
+    s_stopped[seg][ptid] = stopped;
+    __syncthreads();
+    if (seg == 0 && !stopped) {
+      for (int b = 1; b < K; ++b) {
+        sr::GnState B;
+        get_state<DERIV>(sm.part[b - 1], ptid, B);
+        sr::gn_combine<DERIV>(S, B);
+        if (s_stopped[b][ptid]) break;
       }
     }
   }
 
   float v[kPad];
-  if (inside) {
-    const int p = pix.py * cam.width + pix.px;
-    if (lm != nullptr) {  // the LM state's trial exposure and pivot, read only here (no registers held)
-      st.gain = (float)exp(lm[sr::kLmTrialExp]);
-      st.bias = (float)lm[sr::kLmTrialExp + 1];
-      st.pivot_z = (float)lm[sr::kLmPivot];
+  if (seg == 0) {
+    if (inside) {
+      const int p = pix.py * cam.width + pix.px;
+      if (lm != nullptr) {  // the LM state's trial exposure and pivot, read only here (no registers held)
+        st.gain = (float)exp(lm[sr::kLmTrialExp]);
+        st.bias = (float)lm[sr::kLmTrialExp + 1];
+        st.pivot_z = (float)lm[sr::kLmPivot];
+      }
+      sr::ObsGradient og{};
+      if (DERIV && st.obs_weight > 0.f && valid[p])
+        og = sr::obs_gradient(obs_color, obs_depth, pix.px, pix.py, cam);
+      sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
+                                 obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
+                                 obs_depth[p], og, cam.fx, cam.fy, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < sr::kGnValues; ++i) v[i] = 0.f;
     }
-    sr::ObsGradient og{};
-    if (DERIV && st.obs_weight > 0.f && valid[p])
-      og = sr::obs_gradient(obs_color, obs_depth, pix.px, pix.py, cam);
-    sr::gn_pixel_values<DERIV>(S, st, valid[p], background[0], background[1], background[2],
-                               obs_color[3 * p], obs_color[3 * p + 1], obs_color[3 * p + 2],
-                               obs_depth[p], og, cam.fx, cam.fy, v);
-  } else {
 #pragma unroll
-    for (int i = 0; i < sr::kGnValues; ++i) v[i] = 0.f;
+    for (int i = sr::kGnValues; i < kPad; ++i) v[i] = 0.f;
+    // Block sums: lane l of each warp gets value l (then 32 + l) of the warp, the warps add up in
+    // shared memory. Without derivatives values 0..31 (H) are 0: one round only.
+    if (DERIV) {
+      sr_cuda::WarpReduceScatter<32, 16>::run(v, lane);
+      s_red[tid >> 5][lane] = v[0];
+    }
+    sr_cuda::WarpReduceScatter<32, 16>::run(v + 32, lane);
+    s_red[tid >> 5][32 + lane] = v[32];
   }
-#pragma unroll
-  for (int i = sr::kGnValues; i < kPad; ++i) v[i] = 0.f;
-  // Block sums: lane l of each warp gets value l (then 32 + l) of the warp, the warps add up in
-  // shared memory. Without derivatives values 0..31 (H) are 0: one round only.
-  if (DERIV) {
-    sr_cuda::WarpReduceScatter<32, 16>::run(v, lane);
-    s_red[tid >> 5][lane] = v[0];
-  }
-  sr_cuda::WarpReduceScatter<32, 16>::run(v + 32, lane);
-  s_red[tid >> 5][32 + lane] = v[32];
   __syncthreads();
   if (tid < sr::kGnValues && (DERIV || tid >= 32)) {
     float t = 0.f;
@@ -154,6 +273,23 @@ __global__ void __launch_bounds__(kBlock, DERIV ? kGnBlocksPerSM : 1)
     for (int w = 0; w < kWarps; ++w) t += s_red[w][tid];
     if (t != 0.f) atomicAdd(out + tid, (double)t);
   }
+}
+
+// Segments per tile block (1, 2 or 4): the fewest that give the launch as many threads as the
+// GPU holds at once (its SMs x kGnThreadsPerSM), so a small image's few tiles do not leave the SMs
+// idle while each pixel walks a long list alone (latency-bound: on an H200 a 160x120 level's 300
+// tiles took 1.7x as long as a 320x240 level's 1200, docs/benchmarks.md#tracker-profile).
+// SPHERE_GN_SEGMENTS=1|2|4 overrides it (tests, benchmarks).
+int segments_for(int n_tiles, int device) {
+  const char* env = std::getenv("SPHERE_GN_SEGMENTS");  // read per call: tests switch it
+  const int forced = env == nullptr ? 0 : std::atoi(env);
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const long long room = (long long)sms * kGnThreadsPerSM;
+  for (int k = 1; k < 4; k *= 2)
+    if ((long long)n_tiles * kBlock * k >= room) return k;
+  return 4;
 }
 
 // The pass proper: zero `out` (kGnValues float64, device), pose Jacobian, binning (exact, or
@@ -183,18 +319,24 @@ void run_gauss_newton(const at::Tensor* world, const at::Tensor& means, const at
     C10_CUDA_CHECK(cudaMemsetAsync(out, 0, sr::kGnValues * sizeof(double), stream));
   }
   sr_cuda::Bins bins = sr_cuda::bin_spheres(means, radii, cam, stream, capped);
-  auto launch = [&](auto kernel) {
-    kernel<<<n_tiles, kBlock, 0, stream>>>(
+  auto launch = [&](auto kernel, int segments) {
+    kernel<<<n_tiles, kBlock * segments, 0, stream>>>(
         cam, st, lm, reinterpret_cast<const int2*>(bins.ranges.data_ptr<int32_t>()),
         bins.ids.data_ptr<int32_t>(), reinterpret_cast<const float4*>(bins.splats.data_ptr<float>()),
         jac, means.data_ptr<float>(), colors.data_ptr<float>(), opacities.data_ptr<float>(),
         background.data_ptr<float>(), obs_color.data_ptr<float>(), obs_depth.data_ptr<float>(),
         valid.data_ptr<bool>(), out);
   };
-  if (derivatives)
-    launch(gn_tile_kernel<true>);
-  else
-    launch(gn_tile_kernel<false>);
+  const int segments = segments_for(n_tiles, means.get_device());
+  if (derivatives) {
+    if (segments == 4) launch(gn_tile_kernel<true, 4>, 4);
+    else if (segments == 2) launch(gn_tile_kernel<true, 2>, 2);
+    else launch(gn_tile_kernel<true, 1>, 1);
+  } else {
+    if (segments == 4) launch(gn_tile_kernel<false, 4>, 4);
+    else if (segments == 2) launch(gn_tile_kernel<false, 2>, 2);
+    else launch(gn_tile_kernel<false, 1>, 1);
+  }
   SR_CHECK_CUDA();
 }
 

@@ -106,17 +106,23 @@ SR_HD void gn_state_init(GnState& s) {
 }
 
 // Front-to-back step for a sphere that passed eval_alpha (a, G, du, dv from it). Returns false
-// when the pixel stops here (blend_step's rule; the sphere is not blended). Derivatives:
+// when the pixel stops here (blend_step's rule on the pixel's transmittance T_front * s.T; the
+// sphere is not blended). T_front: the transmittance in front of the state's first sphere when the
+// state composites a later part of the list from T = 1 (gn_combine joins the parts); 1 otherwise,
+// and then the rule is exactly blend_step's. Derivatives:
 // q = du^2 ia + dv^2 ic with du = px - u, so dq = -2 du ia d u - 2 dv ic d v + du^2 d ia +
 // dv^2 d ic; a = o exp(-q/2) gives da = -a/2 dq, except where o G > kAlphaMax (clamped: 0);
 // w = a T: dw = da T + a dT; T' = T (1 - a): dT' = dT (1 - a) - T da; dC += dw c;
 // d(sum w z) += dw z + w dz.
 template <bool DERIV>
 SR_HD bool gn_blend(GnState& s, const Splat& sp, const PoseJac& J, float o, float a, float G,
-                    float du, float dv, float c0, float c1, float c2, float z) {
+                    float du, float dv, float c0, float c1, float c2, float z,
+                    float T_front = 1.0f) {
   const float T0 = s.T;
-  float w;
-  if (!blend_step(a, s.T, w)) return false;
+  const float next_T = T0 * (1.0f - a);
+  if (mul_rn(T_front, next_T) <= kTMin) return false;  // x 1 is exact: blend_step's test
+  const float w = a * T0;
+  s.T = next_T;
   s.C[0] += mul_rn(w, c0);
   s.C[1] += mul_rn(w, c1);
   s.C[2] += mul_rn(w, c2);
@@ -143,6 +149,33 @@ SR_HD bool gn_blend(GnState& s, const Splat& sp, const PoseJac& J, float o, floa
     }
   }
   return true;
+}
+
+// Joins two consecutive parts of a pixel's front-to-back list: `front` composited from the
+// pixel's start, `back` from T = 1 (dT = 0) over the spheres after front's (a part cut off where
+// the pixel stops, see gn_blend's T_front). Compositing is associative: with A = front, B = back,
+// T = T_A T_B, C = C_A + T_A C_B, D = D_A + T_A D_B, and their derivatives by the product rule
+// (dC = dC_A + dT_A C_B + T_A dC_B, ...). Equal to compositing the spheres one by one up to float
+// rounding; the primal products are rounded singly (mul_rn) as everywhere, so a variant without
+// derivatives gives the same primal values bit for bit.
+template <bool DERIV>
+SR_HD void gn_combine(GnState& front, const GnState& back) {
+  const float TA = front.T;
+#pragma unroll
+  for (int c = 0; c < 3; ++c) front.C[c] += mul_rn(TA, back.C[c]);
+  front.D += mul_rn(TA, back.D);
+  if (DERIV) {
+#pragma unroll
+    for (int k = 0; k < kGnPose; ++k) {
+      const float dTA = front.dT[k];
+#pragma unroll
+      for (int c = 0; c < 3; ++c)
+        front.dC[3 * k + c] += dTA * back.C[c] + TA * back.dC[3 * k + c];
+      front.dD[k] += dTA * back.D + TA * back.dD[k];
+      front.dT[k] = dTA * back.T + TA * back.dT[k];
+    }
+  }
+  front.T = mul_rn(TA, back.T);
 }
 
 // Residual and statistics settings (host values; rasterizer/gauss_newton.py documents them).
