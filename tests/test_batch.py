@@ -229,6 +229,40 @@ def _run_slam_process(marker: str) -> tuple[int, int] | None:
     return None
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_run_dies_with_the_process_that_started_it(tmp_path):
+    """``execute.run_process``: when its caller (a Ray worker) is killed, the run ends too and does
+    not write on into the folder that the retry clears and reuses."""
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    parent = ("import os, sys; from slam.batch.execute import run_process; "
+              f"run_process([sys.executable, '-c', {child!r}], None, None, dict(os.environ), None)")
+    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert _alive(pid)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the run outlived the process that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @needs_ray
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the Ray worker through /proc (Linux)")
 def test_lost_worker_is_retried(tmp_path):

@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +27,15 @@ from slam.batch.storage import JOB_FILE, RunStorage
 
 STDOUT, STDERR = "run_slam.stdout.txt", "run_slam.stderr.txt"
 
+# Linux's prctl(PR_SET_PDEATHSIG): a child asks for a signal when its parent dies. Resolved here,
+# not in the forked child (which must not load libraries between fork and exec).
+_PR_SET_PDEATHSIG = 1
+try:
+    import ctypes
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+except (OSError, AttributeError):
+    _prctl = None
+
 
 class RunKilled(RuntimeError):
     """``run_slam`` was ended by a signal it does not handle (e.g. SIGKILL from the out-of-memory
@@ -38,6 +48,30 @@ def job_command(job: Job, run_dir: str | Path, python: Optional[str] = None) -> 
     for o in job.overrides:
         cmd += ["--set", o]
     return cmd
+
+
+def _dies_with(parent: int):
+    """``preexec_fn`` of a child of process ``parent``: on Linux the child gets SIGKILL when
+    ``parent`` dies, so the run of a lost Ray worker (or a killed ``slam_batch --local``) ends with
+    it instead of writing on into the folder its retry clears and reuses (Ray's own clean-up of a
+    dead worker's children came too late on a loaded 2-core machine: the orphan finished the run).
+    None elsewhere (nothing to arm)."""
+    if _prctl is None:
+        return None
+
+    def arm() -> None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:   # the parent died before the request took effect
+            os._exit(128 + signal.SIGKILL)
+    return arm
+
+
+def run_process(cmd: list[str], stdout, stderr, env: dict, cwd: Optional[str]) -> int:
+    """Run ``cmd`` to its end (stdin closed, output into the open files ``stdout`` / ``stderr``);
+    returns its exit code (negative: the signal that ended it). The process dies with the caller
+    (``_dies_with``)."""
+    return subprocess.run(cmd, stdout=stdout, stderr=stderr, env=env, stdin=subprocess.DEVNULL, cwd=cwd,
+                          preexec_fn=_dies_with(os.getpid())).returncode
 
 
 def _error_line(stderr_file: Path) -> str:
@@ -85,8 +119,7 @@ def execute_job(job: Job, storage_url: str, cwd: Optional[str] = None, cpus: Opt
     try:
         with open(run_dir / STDOUT, "wb") as out, open(run_dir / STDERR, "wb") as err:
             try:
-                rc = subprocess.run(cmd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL,
-                                    cwd=cwd if cwd and os.path.isdir(cwd) else None).returncode
+                rc = run_process(cmd, out, err, env, cwd if cwd and os.path.isdir(cwd) else None)
             except OSError as exc:  # the interpreter could not be started: this job fails, not the batch
                 rc, record["error"] = 127, f"cannot start {cmd[0]}: {exc}"
         record.update(returncode=rc, wall_s=round(time.monotonic() - t0, 3))
