@@ -110,6 +110,40 @@ def test_reading_ahead_delivers_the_frames_and_skips_of_reading_one_at_a_time(tu
         assert all(np.array_equal(a, b) for a, b in zip(runs[threads][1], depths))
 
 
+def test_preprocessing_runs_on_the_read_threads_and_fails_only_where_the_checks_let_a_frame_through(
+        tum_seq, monkeypatch):
+    """The colour registration / undistortion / downscale of each frame runs on the read threads
+    (off the consumer's thread); an error it raises counts only where reading one frame at a time
+    would reach it: frame 7 (4x4 colour and depth) fails the downscale of 8 on its read thread, but
+    the consumer's size check skips it first, with the size check's reason."""
+    import threading
+
+    import cv2
+
+    from slam.data.preprocess import Preprocessor
+
+    depths, colors = sorted((tum_seq / "depth").iterdir()), sorted((tum_seq / "rgb").iterdir())
+    cv2.imwrite(str(depths[7]), np.full((4, 4), 5000, np.uint16))
+    cv2.imwrite(str(colors[7]), np.full((4, 4, 3), 128, np.uint8))
+    threads_seen = set()
+    real = Preprocessor.__call__
+
+    def recording(self, color, depth):
+        threads_seen.add(threading.current_thread().name.split("_")[0])
+        return real(self, color, depth)
+
+    monkeypatch.setattr(Preprocessor, "__call__", recording)
+    for threads, names in ((0, {"MainThread"}), (2, {"frame-reader"})):
+        threads_seen.clear()
+        src = open_source(DataConfig(dataset="tum", path=str(tum_seq), read_threads=threads, downscale=8))
+        frames = list(src)
+        assert [f.index for f in frames] == [0, 1, 2, 3, 4, 5, 6, 8, 9]
+        assert frames[0].depth.shape == (3, 4)
+        (reason,) = src.stats.skip_reasons
+        assert "4x4" in reason and "data.downscale" not in reason, reason
+        assert threads_seen == names, threads_seen
+
+
 def test_a_consumer_that_stops_early_ends_the_read_threads(tum_seq):
     import threading
     import time

@@ -90,22 +90,23 @@ class Undistorter:
     def __init__(self, K: np.ndarray, distortion: np.ndarray) -> None:
         self.K = np.asarray(K, dtype=np.float64)
         self.distortion = np.asarray(distortion, dtype=np.float64)
-        self._size: Optional[tuple] = None
-        self._maps = None
+        self._cached: Optional[tuple] = None   # ((w, h), maps): replaced whole, read once a call
 
-    def _ensure(self, w: int, h: int) -> None:
-        if self._size != (w, h):
-            self._maps = cv2.initUndistortRectifyMap(self.K, self.distortion, None, self.K, (w, h), cv2.CV_32FC1)
-            self._size = (w, h)
+    def _maps(self, w: int, h: int) -> tuple:
+        """The maps for a (w, h) image. The read threads call this at once: each uses the pair it
+        read or made, never another size's maps swapped in meanwhile."""
+        cached = self._cached
+        if cached is None or cached[0] != (w, h):
+            cached = ((w, h), cv2.initUndistortRectifyMap(self.K, self.distortion, None, self.K, (w, h), cv2.CV_32FC1))
+            self._cached = cached
+        return cached[1]
 
     def color(self, img: np.ndarray) -> np.ndarray:
-        self._ensure(img.shape[1], img.shape[0])
-        m1, m2 = self._maps
+        m1, m2 = self._maps(img.shape[1], img.shape[0])
         return cv2.remap(img, m1, m2, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
     def depth(self, depth: np.ndarray) -> np.ndarray:
-        self._ensure(depth.shape[1], depth.shape[0])
-        m1, m2 = self._maps
+        m1, m2 = self._maps(depth.shape[1], depth.shape[0])
         return cv2.remap(depth, m1, m2, interpolation=cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
 

@@ -57,15 +57,19 @@ class ColorRegistration:
         return cls(K_depth, K_color, color_translation if color_translation is not None else (0.0, 0.0, 0.0))
 
     def _unit_rays(self, w: int, h: int) -> tuple:
-        """(x/z, y/z) of every depth pixel, and the colour pixel each maps to at infinite depth."""
-        if self._rays is None or self._rays[0].shape != (h, w):
+        """(x/z, y/z) of every depth pixel, and the colour pixel each maps to at infinite depth.
+        The read threads call this at once: each returns the tuple it read or made (replaced
+        whole), never another size's swapped in meanwhile."""
+        rays = self._rays
+        if rays is None or rays[0].shape != (h, w):
             fx, fy, cx, cy = self.K_depth[0, 0], self.K_depth[1, 1], self.K_depth[0, 2], self.K_depth[1, 2]
             v, u = np.mgrid[0:h, 0:w].astype(np.float32)
             xr, yr = (u - cx) / fx, (v - cy) / fy
             Kc = self.K_color
-            self._rays = (xr, yr, (Kc[0, 0] * xr + Kc[0, 2]).astype(np.float32),
-                          (Kc[1, 1] * yr + Kc[1, 2]).astype(np.float32))
-        return self._rays
+            rays = (xr, yr, (Kc[0, 0] * xr + Kc[0, 2]).astype(np.float32),
+                    (Kc[1, 1] * yr + Kc[1, 2]).astype(np.float32))
+            self._rays = rays
+        return rays
 
     def maps(self, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """depth: (H, W) float32 metres, 0 = invalid -> (map_x, map_y) (H, W) float32 colour pixel

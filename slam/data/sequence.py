@@ -2,10 +2,12 @@
 
 A loader builds a list of ``Entry`` (file names, timestamps, pose) from its index files, which is
 cheap; ``first``/``last``/``stride`` slice that list, so unselected frames are never read. Images
-are read and decoded ahead on ``read_threads`` worker threads (``data.read_threads``; the decoders
-release the interpreter lock), a few frames ahead of the consumer; every check and rule below runs
-in the consumer's thread in frame order, so the frames, skips and errors are those of reading one
-frame at a time (``read_threads`` 0).
+are read, decoded and preprocessed (colour registration, undistortion, downscale: ``Preprocessor``)
+ahead on ``read_threads`` worker threads (``data.read_threads``; the decoders and OpenCV release the
+interpreter lock), a few frames ahead of the consumer; every check and rule below runs in the
+consumer's thread in frame order, on the images as read, and an error of the preprocessing is
+raised there only where the checks let the frame through, so the frames, skips and errors are
+those of reading one frame at a time (``read_threads`` 0).
 
 Per-frame policy (warn on logger ``slam.data``, count in ``stats``, continue):
 - a missing, empty, truncated or undecodable colour/depth file;
@@ -54,6 +56,20 @@ class Entry:
     depth: Path
     pose: Optional[np.ndarray] = None      # (4, 4) T_wc if known
     depth_timestamp: Optional[float] = None  # s, when the depth was taken, if not at ``timestamp``
+
+
+@dataclass
+class Decoded:
+    """A frame as a read thread leaves it: the shapes of its colour and depth as read, whether
+    any depth is valid, and ``images`` = ``Preprocessor``'s (colour, depth, K) of the delivered
+    frame, or ``error``: what the preprocessing raised (None both when it was not tried: the
+    consumer's checks reject such a frame)."""
+
+    color_shape: tuple
+    depth_shape: tuple
+    valid_depth: bool
+    images: Optional[tuple] = None
+    error: Optional[BaseException] = None
 
 
 def select(n: int, first: int = 0, last: Optional[int] = None, stride: int = 1) -> range:
@@ -108,23 +124,34 @@ class SequenceSource(FrameSource):
         return len(self.entries)
 
     # ------------------------------------------------------------------ per-frame loading
-    def _decode(self, entry: Entry) -> Tuple[np.ndarray, np.ndarray]:
-        """(colour (H, W, 3) uint8, depth (H, W) float32 m) as read from ``entry``'s files
-        (``SkipFrame`` or ``FrameError`` as ``read_color`` / ``read_depth`` raise them). Reads no
-        state of the source: runs on the read threads."""
-        return read_color(entry.color), read_depth(entry.depth, self.depth_units)
+    def _decode(self, entry: Entry) -> "Decoded":
+        """``entry``'s files read (``SkipFrame`` or ``FrameError`` as ``read_color`` / ``read_depth``
+        raise them), non-finite depth set to 0, and, where colour and depth agree in size and some
+        depth is valid, preprocessed (``Decoded``). Reads no state of the source that changes:
+        runs on the read threads."""
+        color, depth = read_color(entry.color), read_depth(entry.depth, self.depth_units)
+        bad = ~np.isfinite(depth)
+        if bad.any():
+            depth[bad] = 0.0
+        out = Decoded(color.shape, depth.shape, bool(np.any(depth > 0)))
+        if out.color_shape[:2] == out.depth_shape and out.valid_depth:
+            try:
+                out.images = self.pre(color, depth)
+            except Exception as exc:   # raised by the consumer, and only if the checks pass
+                out.error = exc
+        return out
 
-    def _images(self, entry: Entry, decoded: Callable[[], tuple]) -> Tuple[np.ndarray, np.ndarray]:
-        """``entry``'s images (``decoded()``: ``_decode(entry)``'s result, its errors raised here);
-        ``FrameError`` naming the file when an image is of the wrong kind or its size disagrees
-        with the other image, the frames delivered so far or the calibration."""
-        color, depth = decoded()
-        if color.shape[:2] != depth.shape:
+    def _images(self, entry: Entry, decoded: Callable[[], "Decoded"]) -> "Decoded":
+        """``entry``'s ``Decoded`` (``decoded()``: ``_decode(entry)``'s result, its errors raised
+        here); ``FrameError`` naming the file when an image is of the wrong kind or its size
+        disagrees with the other image, the frames delivered so far or the calibration."""
+        d = decoded()
+        (ch, cw), (h, w) = d.color_shape[:2], d.depth_shape
+        if (ch, cw) != (h, w):
             raise FrameError(
-                f"{entry.color} is {color.shape[1]}x{color.shape[0]} but {entry.depth} is "
-                f"{depth.shape[1]}x{depth.shape[0]}: colour and depth must have the same size"
+                f"{entry.color} is {cw}x{ch} but {entry.depth} is {w}x{h}: colour and depth must have the same size"
             )
-        size = (depth.shape[1], depth.shape[0])
+        size = (w, h)
         if self.size is not None and size != self.size:
             raise FrameError(f"{entry.depth}: image is {size[0]}x{size[1]} but the sequence's frames are "
                              f"{self.size[0]}x{self.size[1]}")
@@ -133,24 +160,23 @@ class SequenceSource(FrameSource):
                 f"{entry.depth}: image is {size[0]}x{size[1]} but the calibration is "
                 f"for {self.expected_size[0]}x{self.expected_size[1]}"
             )
-        return color, depth
+        return d
 
-    def _load(self, index: int, entry: Entry, decoded: Callable[[], tuple]) -> Frame:
+    def _load(self, index: int, entry: Entry, decoded: Callable[[], "Decoded"]) -> Frame:
         # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
         # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
         try:
-            color, depth = self._images(entry, decoded)
+            d = self._images(entry, decoded)
         except FrameError as exc:
             if self.size is None:
                 raise
             raise SkipFrame(str(exc)) from None
-        size = (depth.shape[1], depth.shape[0])
-        bad = ~np.isfinite(depth)
-        if bad.any():
-            depth[bad] = 0.0
-        if not np.any(depth > 0):
+        size = (d.depth_shape[1], d.depth_shape[0])
+        if not d.valid_depth:
             raise SkipFrame(f"{entry.depth}: depth has no valid pixel (all 0/65535/NaN)")
-        color, depth, K = self.pre(color, depth)
+        if d.error is not None:
+            raise d.error
+        color, depth, K = d.images
         frame = Frame(index=index, timestamp=float(entry.timestamp), color=color, depth=depth, K=K,
                       distortion=None, gt_pose=entry.pose, source_id=str(entry.color),
                       depth_timestamp=entry.depth_timestamp)
@@ -158,7 +184,7 @@ class SequenceSource(FrameSource):
         self.size = size
         return frame
 
-    def _decoded(self) -> Iterator[Tuple[int, Entry, Callable[[], tuple]]]:
+    def _decoded(self) -> Iterator[Tuple[int, Entry, Callable[[], Decoded]]]:
         """(index, entry, a call that returns its ``_decode``) in order: decoded up to
         ``AHEAD_PER_THREAD * read_threads`` frames ahead on the read threads (the call waits for
         the result), or at the call with no read threads. The threads end (queued decodes
