@@ -201,6 +201,32 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
         assert max(lags) > 1
 
 
+def test_the_tracker_s_wait_for_frames_is_reported(sample_run):
+    """A source slower than the tracker (0.4 s a frame; the caller's thread reads it): the
+    tracking thread's time blocked on its next frame is counted (metrics.json
+    ``tracking_waited_for_frames_s``, the summary's speed line) apart from its wait for the mapper;
+    the same frames read at once leave far less of it (measured: 2.6 s against 0.0003)."""
+    from slam.output.summary import summary_text
+
+    cfg = sample_run.cfg(8, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false")
+    frames = list(open_source(cfg.data))
+
+    def slowly():
+        for f in frames:
+            time.sleep(0.4)
+            yield f
+
+    waits = {}
+    for name, source in (("slow", slowly()), ("fast", iter(frames))):
+        system = SlamSystem(cfg)
+        system.run(source)
+        m = sample_run.metrics(system)
+        waits[name] = m["tracking_waited_for_frames_s"]
+        assert m["tracking_waited_for_frames_s"] == system.recorder.frame_wait_s
+        assert "s for frames" in summary_text(m, Path("run"))
+    assert waits["slow"] > 1.5 and waits["slow"] > waits["fast"] + 1.0, waits
+
+
 @pytest.mark.parametrize("slow", [True, False])
 def test_in_a_slow_stream_each_keyframe_is_mapped_before_the_next_frame(sample_run, slow):
     """The sample at 30 Hz with the slow-stream interval below (slow) or above (default) its

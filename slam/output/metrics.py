@@ -155,8 +155,10 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         # refinement after the last frame is reported separately, not counted in the rate.
         "fps_system": len(frames) / (rec.wall_s - rec.refine_s) if rec.wall_s > rec.refine_s and frames else None,
         "fps_tracking": len(frames) / (track_ms.sum() / 1e3) if track_ms.sum() > 0 else None,
-        # Threaded: seconds the tracker waited for the mapper (system.max_unmapped_keyframes).
+        # Threaded: seconds the tracker waited for the mapper (system.max_unmapped_keyframes) and
+        # for its next frame (the source and the caller's thread behind it).
         "tracking_waited_for_map_s": rec.map_wait_s,
+        "tracking_waited_for_frames_s": rec.frame_wait_s,
         "per_tracked_frame": {
             "renders": float(np.mean([f.renders for f in frames])) if frames else None,
             "host_ms": float(np.nanmean([f.host_ms for f in frames])) if frames else None,

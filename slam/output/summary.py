@@ -86,6 +86,7 @@ def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) ->
     caller that prints the error itself says here that the run stopped early)."""
     no_frames = "no frame was tracked"
     waited = metrics.get("tracking_waited_for_map_s")
+    for_frames = metrics.get("tracking_waited_for_frames_s")
     lines = [
         f"run folder        {run_dir}",
         f"stopped           {stopped or metrics.get('stop_reason')}",
@@ -95,7 +96,8 @@ def summary_text(metrics: dict, run_dir: Path, stopped: Optional[str] = None) ->
         _images_line(metrics),
         f"speed             {_num(metrics.get('fps_system'), '{:.1f} FPS', why=no_frames)} system, "
         f"{_num(metrics.get('fps_tracking'), '{:.1f} FPS', why=no_frames)} tracking alone"
-        + (f", tracker waited {waited:.1f} s for the mapper" if waited is not None else ""),
+        + (f", tracker waited {waited:.1f} s for the mapper" if waited is not None else "")
+        + (f", {for_frames:.1f} s for frames" if waited is not None and for_frames is not None else ""),
         f"map               {metrics.get('spheres')} spheres, {_num(metrics.get('map_mb'), '{:.1f} MB')}",
         f"memory            peak GPU {_num(metrics.get('peak_gpu_mb'), '{:.0f} MB', why='CPU run')}, "
         f"peak process {_num(metrics.get('peak_rss_mb'), '{:.0f} MB', why='not measurable here')}",

@@ -69,6 +69,8 @@ class RunRecorder:
     refine_s: float = 0.0                                # final map refinement after the stream
     map_wait_s: float = 0.0      # threaded: the tracking thread's time blocked on the mapper
                                  # (system.max_unmapped_keyframes keyframes not yet mapped)
+    frame_wait_s: float = 0.0    # threaded: the tracking thread's time blocked on the next frame
+                                 # (the source and the caller's thread behind; the first included)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_frame(self, rec: FrameRecord) -> None:

@@ -133,7 +133,9 @@ class _ThreadedRun:
         system = self.system
         try:
             while True:
+                t0 = time.perf_counter()
                 staged = self.frames.get()
+                system.recorder.frame_wait_s += time.perf_counter() - t0
                 rec, kf = system.track_frame(staged.frame, staged.observation())
                 if kf is not None:
                     t0 = time.perf_counter()
