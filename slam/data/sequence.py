@@ -124,7 +124,7 @@ class SequenceSource(FrameSource):
         return len(self.entries)
 
     # ------------------------------------------------------------------ per-frame loading
-    def _decode(self, entry: Entry) -> "Decoded":
+    def _decode(self, entry: Entry) -> Decoded:
         """``entry``'s files read (``SkipFrame`` or ``FrameError`` as ``read_color`` / ``read_depth``
         raise them), non-finite depth set to 0, and, where colour and depth agree in size and some
         depth is valid, preprocessed (``Decoded``). Reads no state of the source that changes:
@@ -141,7 +141,7 @@ class SequenceSource(FrameSource):
                 out.error = exc
         return out
 
-    def _images(self, entry: Entry, decoded: Callable[[], "Decoded"]) -> "Decoded":
+    def _images(self, entry: Entry, decoded: Callable[[], Decoded]) -> Decoded:
         """``entry``'s ``Decoded`` (``decoded()``: ``_decode(entry)``'s result, its errors raised
         here); ``FrameError`` naming the file when an image is of the wrong kind or its size
         disagrees with the other image, the frames delivered so far or the calibration."""
@@ -162,7 +162,7 @@ class SequenceSource(FrameSource):
             )
         return d
 
-    def _load(self, index: int, entry: Entry, decoded: Callable[[], "Decoded"]) -> Frame:
+    def _load(self, index: int, entry: Entry, decoded: Callable[[], Decoded]) -> Frame:
         # Images of the wrong kind or size: fatal on the first frame (the data is not what the loader
         # thinks), a counted skip once frames of the sequence's kind and size were delivered (one odd frame).
         try:
