@@ -20,6 +20,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <atomic>
+
 #include <cub/cub.cuh>
 
 #include "raster_cuda.h"
@@ -302,6 +304,17 @@ CountSlot& count_slot(int device) {
 
 }  // namespace
 
+int sr_cuda::sm_count(int device) {
+  static std::atomic<int> counts[kMaxDevices];  // 0: not asked yet
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "sphere rasterizer: device index out of range");
+  int sms = counts[device].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    counts[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
 sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& radii,
                                    const sr::Camera& cam, cudaStream_t stream,
                                    const PairRoom* capped) {
@@ -322,9 +335,7 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
   // The per-sphere kernels: grid-stride over at most kBlocksPerSM blocks per SM, so that a block's
   // shared counters aggregate many spheres; both kernels use the same grid.
   const bool shared = n_tiles <= kSharedTiles;
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, means.get_device()));
-  const int grid = std::max(1, std::min(blocks_for(n, kProjectBlock), kBlocksPerSM * sms));
+  const int grid = std::max(1, std::min(blocks_for(n, kProjectBlock), kBlocksPerSM * sm_count(means.get_device())));
   const size_t count_smem = shared ? n_tiles * sizeof(int32_t) : 0;
   if (n > 0) {
     auto kernel = shared ? project_count_kernel<true> : project_count_kernel<false>;

@@ -284,9 +284,7 @@ int segments_for(int n_tiles, int device) {
   const char* env = std::getenv("SPHERE_GN_SEGMENTS");  // read per call: tests switch it
   const int forced = env == nullptr ? 0 : std::atoi(env);
   if (forced == 1 || forced == 2 || forced == 4) return forced;
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const long long room = (long long)sms * kGnThreadsPerSM;
+  const long long room = (long long)sr_cuda::sm_count(device) * kGnThreadsPerSM;
   for (int k = 1; k < 4; k *= 2)
     if ((long long)n_tiles * kBlock * k >= room) return k;
   return 4;

@@ -105,11 +105,10 @@ SR_HD void gn_state_init(GnState& s) {
   }
 }
 
-// Front-to-back step for a sphere that passed eval_alpha (a, G, du, dv from it). Returns false
-// when the pixel stops here (blend_step's rule on the pixel's transmittance T_front * s.T; the
-// sphere is not blended). T_front: the transmittance in front of the state's first sphere when the
-// state composites a later part of the list from T = 1 (gn_combine joins the parts); 1 otherwise,
-// and then the rule is exactly blend_step's. Derivatives:
+// Front-to-back step for a sphere that passed eval_alpha (a, G, du, dv from it): blend_step's,
+// which returns false when the pixel stops here (the sphere is not blended). T_front: the
+// transmittance in front of the state's first sphere when the state composites a later part of
+// the list from T = 1 (gn_combine joins the parts); 1 otherwise. Derivatives:
 // q = du^2 ia + dv^2 ic with du = px - u, so dq = -2 du ia d u - 2 dv ic d v + du^2 d ia +
 // dv^2 d ic; a = o exp(-q/2) gives da = -a/2 dq, except where o G > kAlphaMax (clamped: 0);
 // w = a T: dw = da T + a dT; T' = T (1 - a): dT' = dT (1 - a) - T da; dC += dw c;
@@ -119,10 +118,8 @@ SR_HD bool gn_blend(GnState& s, const Splat& sp, const PoseJac& J, float o, floa
                     float du, float dv, float c0, float c1, float c2, float z,
                     float T_front = 1.0f) {
   const float T0 = s.T;
-  const float next_T = T0 * (1.0f - a);
-  if (mul_rn(T_front, next_T) <= kTMin) return false;  // x 1 is exact: blend_step's test
-  const float w = a * T0;
-  s.T = next_T;
+  float w;
+  if (!blend_step(a, s.T, w, T_front)) return false;
   s.C[0] += mul_rn(w, c0);
   s.C[1] += mul_rn(w, c1);
   s.C[2] += mul_rn(w, c2);

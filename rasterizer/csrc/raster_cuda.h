@@ -38,4 +38,8 @@ Bins bin_spheres(const at::Tensor& means, const at::Tensor& radii, const sr::Cam
 
 inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
 
+// The multiprocessor count of CUDA device `device`, asked of the driver once per device (the
+// launch shapes of bin_spheres and the Gauss-Newton pass follow it).
+int sm_count(int device);
+
 }  // namespace sr_cuda

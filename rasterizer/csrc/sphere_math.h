@@ -149,9 +149,12 @@ SR_HD bool eval_alpha(float px, float py, const Splat& s, float o, float& a, flo
 
 // Front-to-back step. Returns false when blending a would take T to <= kTMin: then the pixel is
 // finished and this sphere is not blended. Otherwise returns the blend weight in w, updates T.
-SR_HD bool blend_step(float a, float& T, float& w) {
+// T_front: when T composites a later part of a pixel's list from 1 (the Gauss-Newton pass walks a
+// list in parts, gn_math.h), the pixel's transmittance in front of that part: the test is on the
+// pixel's T_front * next T (x 1 is exact: the plain rule).
+SR_HD bool blend_step(float a, float& T, float& w, float T_front = 1.0f) {
   const float next_T = T * (1.0f - a);
-  if (next_T <= kTMin) return false;
+  if (mul_rn(T_front, next_T) <= kTMin) return false;
   w = a * T;
   T = next_T;
   return true;
