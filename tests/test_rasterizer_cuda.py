@@ -36,13 +36,15 @@ def test_many_tiles():
     compare(s, "cpu", "cuda", "cpu", "cuda")
 
 
-@pytest.mark.parametrize("n", [2500, 4096, 9000])
-def test_long_tile_lists(n):
-    # n spheres over 2 x 2 tiles: lists sorted by the block radix sort (~2,500: padded; exactly
-    # the 4,096 it holds), and of ~9,000 (radix-sorted runs of 4,096 and a bitonic-sorted rest
-    # merged in global memory)
+@pytest.mark.parametrize("n, every_tile", [(100, True), (512, True), (513, True), (2500, False),
+                                            (4096, True), (9000, False)])
+def test_long_tile_lists(n, every_tile):
+    # n spheres over 2 x 2 tiles. Every sphere in every tile: all four lists exactly n long, on each
+    # side of the sorts' limits (the small block's 512 keys, the large block's radix sort's
+    # 4,096); else lists of ~2,500 (radix-sorted, padded) and ~9,000 (radix-sorted runs of 4,096
+    # and a bitonic-sorted rest merged in global memory)
     s = random_scene(n, 32, 32, seed=n, r=(0.05, 0.3), opacity=(0.01, 0.05))
-    if n == 4096:   # every sphere in every tile: all four lists are 4,096 long
+    if every_tile:
         s["means"][:, :2] = 0.0
         s["radii"][:] = 0.5
     compare(s, "cpu", "cuda", "cpu", "cuda")

@@ -10,10 +10,13 @@
 //      a block reserves its pairs' slots per tile at once);
 //      the slot's key is (depth bits << index bits | sphere index): unique, and ordered as the
 //      render needs (front to back, ties by index)
-//   -> sort_tiles_kernel: one block per tile sorts its keys in shared memory (a bitonic sort up
-//      to kBitonicMax keys, a block radix sort over the key's bits up to kSortShared; a longer
-//      list as sorted runs of kSortShared merged in global memory through a scratch list) and
-//      writes the sphere ids.
+//   -> sort_short_tiles_kernel: a small block per tile of at most kShortSortMax keys sorts them
+//      in shared memory (bitonic) and writes the sphere ids; then sort_tiles_kernel: one large
+//      block per longer tile sorts its keys in shared memory (a bitonic sort up to kBitonicMax
+//      keys, a block radix sort over the key's bits up to kSortShared; a longer list as sorted
+//      runs of kSortShared merged in global memory through a scratch list) and writes the ids.
+//      (The tracker's 8x8 tiles hold ~70-400 keys: the large block's 32 KiB of shared memory
+//      allowed 4 blocks an SM, and most of its 512 threads idled between the barriers.)
 // Each tile's list comes out in (depth, index) order whatever order the atomics gave the slots,
 // the order of the CPU twin (raster_cpu.cpp: a stable sort by depth, then by tile).
 #include <ATen/ATen.h>
@@ -39,6 +42,9 @@ constexpr int kBitonicMax = 1024;  // longer lists: the radix sort (O(n) per pas
 constexpr int kRadixItems = kSortShared / kSortBlock;
 constexpr uint64_t kNoKey = ~0ull;  // padding: sorts after every real key
 using BlockRadix = cub::BlockRadixSort<uint64_t, kSortBlock, kRadixItems>;
+constexpr int kShortSortBlock = 256;  // threads of a short list's sort block
+constexpr int kShortSortMax = 2 * kShortSortBlock;  // longest short list (4 KiB of shared memory):
+                                                    // a compare-exchange a thread per bitonic stage
 
 // Bits of a sphere index for n spheres (at least 1).
 inline int index_bits(int n) {
@@ -247,7 +253,26 @@ __device__ void merge_runs(const uint64_t* a, int na, const uint64_t* b, int nb,
   for (int k = k0; k < k1; ++k) out[k] = (j >= nb || (i < na && a[i] < b[j])) ? a[i++] : b[j++];
 }
 
-// One block per tile: its keys sorted ascending, then ids[k] = the sphere index of key k.
+// One block of kShortSortBlock threads per tile with 1 to kShortSortMax keys: a bitonic sort in
+// shared memory, then ids[k] = the sphere index of key k (the keys are not written back). Longer
+// lists are left to sort_tiles_kernel.
+__global__ void __launch_bounds__(kShortSortBlock)
+    sort_short_tiles_kernel(const int2* __restrict__ ranges, int idx_bits,
+                            const uint64_t* __restrict__ keys, int32_t* __restrict__ ids) {
+  __shared__ uint64_t s[kShortSortMax];
+  const int2 r = ranges[blockIdx.x];
+  const int len = r.y - r.x;
+  if (len <= 0 || len > kShortSortMax) return;
+  int p = 1;
+  while (p < len) p <<= 1;
+  for (int k = threadIdx.x; k < p; k += blockDim.x) s[k] = k < len ? keys[r.x + k] : kNoKey;
+  bitonic_sort(s, p);
+  const uint64_t mask = (1ull << idx_bits) - 1;
+  for (int k = threadIdx.x; k < len; k += blockDim.x) ids[r.x + k] = (int32_t)(s[k] & mask);
+}
+
+// One block per tile with more than kShortSortMax keys (shorter ones return at once: see
+// sort_short_tiles_kernel): its keys sorted ascending, then ids[k] = the sphere index of key k.
 // `scratch` (as long as `keys`) is used only by lists longer than kSortShared.
 __global__ void __launch_bounds__(kSortBlock)
     sort_tiles_kernel(const int2* __restrict__ ranges, int idx_bits, uint64_t* __restrict__ keys,
@@ -256,7 +281,7 @@ __global__ void __launch_bounds__(kSortBlock)
   const int bits = 31 + idx_bits;  // a positive float's bits, then the index
   const int2 r = ranges[blockIdx.x];
   const int len = r.y - r.x;
-  if (len <= 0) return;
+  if (len <= kShortSortMax) return;
   uint64_t* src = keys + r.x;
   if (len <= kSortShared) {
     sort_run(src, src, len, bits, sm);
@@ -369,6 +394,9 @@ sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& ra
     emit<<<grid, kProjectBlock, 2 * count_smem, stream>>>(n, idx_bits, cam,
                                                           means.data_ptr<float>(), splats, ranges,
                                                           cursor, kp);
+    SR_CHECK_CUDA();
+    sort_short_tiles_kernel<<<n_tiles, kShortSortBlock, 0, stream>>>(ranges, idx_bits, kp,
+                                                                     b.ids.data_ptr<int32_t>());
     SR_CHECK_CUDA();
     sort_tiles_kernel<<<n_tiles, kSortBlock, 0, stream>>>(ranges, idx_bits, kp, kp + m,
                                                           b.ids.data_ptr<int32_t>());
