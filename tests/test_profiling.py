@@ -46,3 +46,14 @@ def test_projection_overlaps_host_and_gpu_only_with_one_wait_per_frame():
     unknown = proj.project({k: v for k, v in prof.items() if k != "host_waits"}, ref, agx)
     for p in (many, unknown):
         assert not p["overlap"] and p["fps"] == pytest.approx(1e3 / (p["host_ms"] + p["gpu_ms"]))
+
+
+def test_summary_per_kernel_sums_each_name_per_frame():
+    events = [_event("gn_tile_kernel<true, 4>(x)", dev_us=900.0, count=6, cuda=True),
+              _event("sort_tiles_kernel(y)", dev_us=100.0, count=10, cuda=True),
+              _event("aten::add", 300.0)]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    s = profiling.summarise(prof, 2, by_kernel=True)
+    assert list(s["gpu_by_kernel"]) == ["gn_tile_kernel<true, 4>(x)", "sort_tiles_kernel(y)"]   # longest first
+    assert s["gpu_by_kernel"]["gn_tile_kernel<true, 4>(x)"] == pytest.approx([450.0, 3.0])      # us, runs a frame
+    assert "gpu_by_kernel" not in profiling.summarise(prof, 2)

@@ -14,10 +14,12 @@ tests/test_gauss_newton_cuda.py (on a GPU: scripts/gpu_check.sh), not measured h
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -111,16 +113,20 @@ def cases(sizes, resolutions, device):
             del params, obs
 
 
-def gpu_section(sizes, resolutions, warmup, reps):
+def gpu_section(sizes, resolutions, warmup, reps) -> list:
+    """Prints the GPU table; returns its rows as dicts (n, image, call, gpu_ms, host_ms)."""
     print(f"\n### GPU: {torch.cuda.get_device_name()} (torch {torch.__version__}, "
           f"CUDA {torch.version.cuda})\n")
     print("| N | image | call | GPU ms | host ms | kernels + memset/copy per call | extra peak MB |")
     print("|---|---|---|---|---|---|---|")
+    rows = []
     for n, w, h, name, fn in cases(sizes, resolutions, "cuda"):
         g, t = time_gpu(fn, warmup, reps)
         k, c = launches(fn)
         print(f"| {n} | {w}x{h} | {name} | {g:.3f} | {t:.3f} | {k:g} + {c:g} | "
               f"{extra_peak_mb(fn):.1f} |", flush=True)
+        rows.append({"n": n, "image": f"{w}x{h}", "call": name, "gpu_ms": g, "host_ms": t})
+    return rows
 
 
 def cpu_section(sizes, resolutions, reps):
@@ -150,6 +156,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-reps", type=int, default=3)
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--cpu-only", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the GPU rows to this file (slam.tools.ab_compare)")
     a = ap.parse_args(argv)
 
     def parse_res(s: str) -> list:   # "160x120,320x240" -> [(160, 120), (320, 240)]
@@ -158,7 +165,9 @@ def main(argv=None) -> int:
     print(f"fused Gauss-Newton benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{platform.node()}")
     if torch.cuda.is_available() and not a.cpu_only:
-        gpu_section([int(s) for s in a.sizes.split(",")], parse_res(a.res), a.warmup, a.reps)
+        rows = gpu_section([int(s) for s in a.sizes.split(",")], parse_res(a.res), a.warmup, a.reps)
+        if a.json:
+            Path(a.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
     if not a.no_cpu:
         cpu_section([int(s) for s in a.cpu_sizes.split(",")], parse_res(a.cpu_res), a.cpu_reps)
     return 0

@@ -26,17 +26,20 @@ HOST_WAIT_CALLS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceS
 PAGEABLE_READ = "Memcpy DtoH (Device -> Pageable)"
 
 
-def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = None) -> dict:
+def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = None,
+              by_kernel: bool = False) -> dict:
     """Per frame, from a ``torch.profiler`` run over ``frames`` tracked frames: ``host_ms`` (the
     operators' and CUDA calls' own CPU time, without the explicit waits for the GPU),
     ``host_wait_ms`` (those waits), ``host_waits`` (how often the host waited: synchronise calls
     and reads into pageable memory), ``gpu_ms`` (kernel, memset and copy time), ``launches`` (the
     GPU operations run, also those of a CUDA graph), ``host_launches`` (the host calls that queued
     them: launches, copies, memsets, graph launches); with ``kernel_class`` (name -> class) also
-    ``gpu_ms_by_class``."""
+    ``gpu_ms_by_class``; with ``by_kernel`` also ``gpu_by_kernel``: per GPU operation name (the
+    profiler's), [GPU us per frame, runs per frame] (slam.tools.ab_compare compares them)."""
     host_us = wait_us = gpu_us = 0.0
     launches = host_launches = waits = 0
     by_class: dict = {}
+    kernels: dict = {}
     for e in prof.key_averages():
         if "CUDA" in str(getattr(e, "device_type", "")):
             dev = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
@@ -46,6 +49,9 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
             if kernel_class is not None and dev > 0:
                 cls = kernel_class(e.key)
                 by_class[cls] = by_class.get(cls, 0.0) + dev
+            if by_kernel and dev > 0:
+                us, runs = kernels.get(e.key, (0.0, 0))
+                kernels[e.key] = (us + dev, runs + e.count)
             continue
         if e.key in HOST_WAIT_CALLS:
             wait_us += e.self_cpu_time_total
@@ -59,6 +65,9 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
            "host_launches": host_launches / frames}
     if kernel_class is not None:
         out["gpu_ms_by_class"] = {k: v / 1e3 / frames for k, v in sorted(by_class.items())}
+    if by_kernel:
+        out["gpu_by_kernel"] = {k: [us / frames, runs / frames] for k, (us, runs) in
+                                sorted(kernels.items(), key=lambda kv: -kv[1][0])}
     return out
 
 

@@ -253,7 +253,7 @@ def profile_summary(prof, frames: int, wall_ms: float, renders: float, cuda: boo
     .summarise``'s figures (host ms without the waits for the GPU, the waits, GPU ms by kernel
     class and in all, GPU operations and the host calls that queued them)."""
     from slam.runtime.profiling import summarise
-    out = summarise(prof, frames, kernel_class if cuda else None)
+    out = summarise(prof, frames, kernel_class if cuda else None, by_kernel=cuda)
     out.update(wall_ms=wall_ms, renders=renders)
     return out
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A kernel change measured against its base on one CUDA machine (the only comparison worth making:
+# GPUs of one kind differ by up to ~30 %). Builds the base and this checkout side by side (each
+# into its own kernel cache), then takes ROUNDS turns of: the tracker's profile (slam_profile on
+# 7-Scenes by default) A then B, and with BENCH=1 the fused pass's benchmark A then B; prints
+# slam.tools.ab_compare's tables (medians, spread, B / A per frame figure and per kernel).
+#   scripts/gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]        (DATA_DIR "-": CONFIG's own data)
+# BASE_DIR: an export of the base's code, e.g. `git archive <rev> slam rasterizer configs datasets | tar -x -C BASE_DIR`
+#   (a copy sent to a GPU machine has no git history). DATA_DIR: 7-Scenes redkitchen frames 0-99
+#   at least. OUT_DIR: default $OUT, else ab_logs/. Options (environment): ROUNDS (2), BENCH (1),
+#   PROFILE_ARGS (--map-frames 60 --frames 40), CONFIG (7scenes.yaml), SETS (extra --set KEY=VALUE
+#   words for both profiles),
+#   BENCH_ARGS (--no-cpu). Run from this checkout; PYTHONPATH may hold other packages (it is
+#   prefixed with each tree in turn).
+set -uo pipefail
+BASE=$(cd "${1:?usage: gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]}" && pwd) || exit 2
+DATA=${2:?usage: gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]}
+cd "$(dirname "$0")/.."
+NEW=$PWD
+LOG=${3:-${OUT:-ab_logs}}
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+PY=${PYTHON:-python3}
+ROUNDS=${ROUNDS:-2}
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
+[ -d "$BASE/rasterizer" ] && [ -d "$BASE/slam" ] || { echo "$BASE: no slam/ and rasterizer/ (an export of the base's code)"; exit 2; }
+
+# in_tree TREE CACHE CMD...: CMD run from TREE with TREE first on PYTHONPATH and its own kernel cache
+in_tree() { local tree=$1 cache=$2; shift 2
+  (cd "$tree" && PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" SPHERE_RASTER_CACHE=$cache "$@"); }
+A_CACHE=/tmp/sphere_raster_cache_ab_base
+B_CACHE=${SPHERE_RASTER_CACHE:-/tmp/sphere_raster_cache}
+
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+start=$(date +%s)
+# the kernels of the device the profiles run on (CUDA where present; the CPU kernel: a smoke test)
+BUILD="import torch; from rasterizer import _ext; _ext.ops('cuda' if torch.cuda.is_available() else 'cpu')"
+in_tree "$BASE" "$A_CACHE" $PY -c "$BUILD" > "$LOG/build_a.txt" 2>&1 &
+a_pid=$!
+in_tree "$NEW" "$B_CACHE" $PY -c "$BUILD" > "$LOG/build_b.txt" 2>&1 \
+  || { echo "B failed to build ($LOG/build_b.txt):"; tail -n 15 "$LOG/build_b.txt"; exit 2; }
+wait $a_pid || { echo "A failed to build ($LOG/build_a.txt):"; tail -n 15 "$LOG/build_a.txt"; exit 2; }
+echo "builds: $(( $(date +%s) - start )) s"
+
+sets=(--config "${CONFIG:-7scenes.yaml}")
+[ "$DATA" = - ] || sets+=(--set "data.path=$(cd "$DATA" && pwd)") || exit 2
+for s in ${SETS:-}; do sets+=(--set "$s"); done
+profile() {  # profile SIDE ROUND
+  local tree=$NEW cache=$B_CACHE
+  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
+  # shellcheck disable=SC2086  # PROFILE_ARGS: several words
+  in_tree "$tree" "$cache" $PY -m slam.tools.profile_tracking "${sets[@]}" \
+    ${PROFILE_ARGS:---map-frames 60 --frames 40} --rows 0 --json "$LOG/profile_$1$2.json" > "$LOG/profile_$1$2.txt" 2>&1 \
+    || { echo "profile $1$2 failed ($LOG/profile_$1$2.txt):"; tail -n 15 "$LOG/profile_$1$2.txt"; exit 2; }
+}
+bench() {  # bench SIDE ROUND
+  local tree=$NEW cache=$B_CACHE
+  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
+  # shellcheck disable=SC2086
+  in_tree "$tree" "$cache" $PY -m rasterizer.bench.gauss_newton ${BENCH_ARGS:---no-cpu} --json "$LOG/bench_$1$2.json" \
+    > "$LOG/bench_$1$2.txt" 2>&1 || { echo "bench $1$2 failed ($LOG/bench_$1$2.txt):"; tail -n 15 "$LOG/bench_$1$2.txt"; exit 2; }
+}
+for r in $(seq "$ROUNDS"); do
+  profile a "$r"; profile b "$r"
+  if [ "${BENCH:-1}" = 1 ]; then bench a "$r"; bench b "$r"; fi
+  echo "round $r done: $(( $(date +%s) - start )) s"
+done
+
+args=(--a "$LOG"/profile_a*.json --b "$LOG"/profile_b*.json)
+[ "${BENCH:-1}" = 1 ] && args+=(--bench-a "$LOG"/bench_a*.json --bench-b "$LOG"/bench_b*.json)
+PYTHONPATH="$NEW${PYTHONPATH:+:$PYTHONPATH}" $PY -m slam.tools.ab_compare "${args[@]}" | tee "$LOG/ab.md"
