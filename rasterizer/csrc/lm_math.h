@@ -103,23 +103,73 @@ SR_HD bool solve_pivoted(double (*A)[kGnParams + 1], int n, double* x) {
   return true;
 }
 
-// x = -(H + damping diag(max(diag H, min_diag)))^-1 g of a packed result (n = 6 or 8 parameters),
-// by Gaussian elimination with partial pivoting (the system is 8x8). Returns false (x = 0) when
-// the damped system is singular or the step is not finite (NaN / inf normal equations: no move).
-SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag, int n, double* x) {
-  double A[kGnParams][kGnParams + 1];
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) A[i][j] = packed[i <= j ? gn_tri(i, j) : gn_tri(j, i)];
-    A[i][i] += damping * fmax(A[i][i], min_diag);
-    A[i][n] = -packed[kGnG + i];
-  }
-  if (!solve_pivoted(A, n, x)) return false;
-  for (int i = 0; i < n; ++i)
-    if (!lm_finite(x[i])) {
-      for (int j = 0; j < n; ++j) x[j] = 0.0;
+// Solves A x = b for a symmetric positive definite kGnParams x kGnParams A (its lower triangle
+// is read and overwritten) by LDL^T without pivoting. Returns false (x = 0) when a pivot is not
+// positive (singular, indefinite or NaN). Fixed size, every loop unrolled: the one-thread CUDA
+// kernel keeps A in registers (solve_pivoted's row swaps index its array at run time, which put
+// it in local memory: 720 bytes of stack in lm_phase_kernel).
+SR_HD bool solve_spd(double (&A)[kGnParams][kGnParams], const double (&b)[kGnParams],
+                     double (&x)[kGnParams]) {
+  double d[kGnParams], inv_d[kGnParams];
+#pragma unroll
+  for (int j = 0; j < kGnParams; ++j) {  // column j of L (below the diagonal, in A) and d_j
+    double dj = A[j][j];
+#pragma unroll
+    for (int k = 0; k < j; ++k) dj -= A[j][k] * A[j][k] * d[k];
+    if (!(dj > 0.0)) {
+#pragma unroll
+      for (int i = 0; i < kGnParams; ++i) x[i] = 0.0;
       return false;
     }
+    d[j] = dj;
+    inv_d[j] = 1.0 / dj;
+#pragma unroll
+    for (int i = j + 1; i < kGnParams; ++i) {
+      double v = A[i][j];
+#pragma unroll
+      for (int k = 0; k < j; ++k) v -= A[i][k] * A[j][k] * d[k];
+      A[i][j] = v * inv_d[j];
+    }
+  }
+  double y[kGnParams];  // L y = b, then L^T x = y / d
+#pragma unroll
+  for (int i = 0; i < kGnParams; ++i) {
+    double v = b[i];
+#pragma unroll
+    for (int k = 0; k < i; ++k) v -= A[i][k] * y[k];
+    y[i] = v;
+  }
+#pragma unroll
+  for (int i = kGnParams - 1; i >= 0; --i) {
+    double v = y[i] * inv_d[i];
+#pragma unroll
+    for (int k = i + 1; k < kGnParams; ++k) v -= A[k][i] * x[k];
+    x[i] = v;
+  }
   return true;
+}
+
+// x = -(H + damping diag(max(diag H, min_diag)))^-1 g of a packed result (n = 6 or 8 parameters):
+// the damped normal equations are symmetric positive definite (H = J^T W J, damping > 0), solved by
+// solve_spd (with n = 6 the exposure's rows and columns are the identity's and its g 0, so x[6] =
+// x[7] = 0 and the pose block is solved alone). Returns false (x = 0) when the damped system is
+// singular or the step is not finite (NaN / inf normal equations: no move).
+SR_HD bool lm_damped_step(const double* packed, double damping, double min_diag, int n, double* x) {
+  double A[kGnParams][kGnParams], b[kGnParams], s[kGnParams];
+#pragma unroll
+  for (int i = 0; i < kGnParams; ++i) {
+#pragma unroll
+    for (int j = 0; j <= i; ++j)  // the lower triangle: solve_spd's input
+      A[i][j] = i < n ? packed[gn_tri(j, i)] : (i == j ? 1.0 : 0.0);
+    if (i < n) A[i][i] += damping * fmax(A[i][i], min_diag);
+    b[i] = i < n ? -packed[kGnG + i] : 0.0;
+  }
+  bool ok = solve_spd(A, b, s);
+#pragma unroll
+  for (int i = 0; i < kGnParams; ++i) ok = ok && lm_finite(s[i]);
+#pragma unroll
+  for (int i = 0; i < kGnParams; ++i) x[i] = ok ? s[i] : 0.0;
+  return ok;
 }
 
 // out = pivot_increment(d) @ T (4x4 row-major): X' = R(w) (X - p) + p + t with d = (w, t),
