@@ -49,7 +49,7 @@ def test_every_console_command_imports_and_the_tools_answer_help(capsys):
 
 
 def test_scripts_hold_shell_only_and_nothing_edits_sys_path():
-    assert sorted(p.suffix for p in (REPO / "scripts").iterdir()) == [".py"] + [".sh"] * 9   # resolve_aarch64.py
+    assert sorted(p.suffix for p in (REPO / "scripts").iterdir()) == [".py"] + [".sh"] * 10   # resolve_aarch64.py
     for folder in ("slam/tools", "slam/data/synthetic", "rasterizer/bench"):
         for path in (REPO / folder).glob("*.py"):
             assert "sys.path" not in path.read_text(), path
