@@ -224,6 +224,10 @@ def test_the_tracker_s_wait_for_frames_is_reported(sample_run):
         waits[name] = m["tracking_waited_for_frames_s"]
         assert m["tracking_waited_for_frames_s"] == system.recorder.frame_wait_s
         assert "s for frames" in summary_text(m, Path("run"))
+        first = m["tracking_waited_for_first_frame_s"]
+        assert 0.0 < first <= m["tracking_waited_for_frames_s"]
+        if name == "slow":   # the first of 8 slow frames: one 0.4 s read (no more, no less)
+            assert 0.35 < first < 1.5, first
     assert waits["slow"] > 1.5 and waits["slow"] > waits["fast"] + 1.0, waits
 
 

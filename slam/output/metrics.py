@@ -156,9 +156,11 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "fps_system": len(frames) / (rec.wall_s - rec.refine_s) if rec.wall_s > rec.refine_s and frames else None,
         "fps_tracking": len(frames) / (track_ms.sum() / 1e3) if track_ms.sum() > 0 else None,
         # Threaded: seconds the tracker waited for the mapper (system.max_unmapped_keyframes) and
-        # for its next frame (the source and the caller's thread behind it).
+        # for its next frame (the source and the caller's thread behind it; the first frame's
+        # wait, the source's start, also alone).
         "tracking_waited_for_map_s": rec.map_wait_s,
         "tracking_waited_for_frames_s": rec.frame_wait_s,
+        "tracking_waited_for_first_frame_s": rec.first_frame_wait_s,
         "per_tracked_frame": {
             "renders": float(np.mean([f.renders for f in frames])) if frames else None,
             "host_ms": float(np.nanmean([f.host_ms for f in frames])) if frames else None,

@@ -71,6 +71,8 @@ class RunRecorder:
                                  # (system.max_unmapped_keyframes keyframes not yet mapped)
     frame_wait_s: float = 0.0    # threaded: the tracking thread's time blocked on the next frame
                                  # (the source and the caller's thread behind; the first included)
+    first_frame_wait_s: float = 0.0  # threaded: that wait for the first frame alone (the source's
+                                     # opening, the first decode and upload)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_frame(self, rec: FrameRecord) -> None:

@@ -131,11 +131,15 @@ class _ThreadedRun:
 
     def tracking_loop(self) -> None:
         system = self.system
+        first = True
         try:
             while True:
                 t0 = time.perf_counter()
                 staged = self.frames.get()
-                system.recorder.frame_wait_s += time.perf_counter() - t0
+                waited = time.perf_counter() - t0
+                system.recorder.frame_wait_s += waited
+                if first:
+                    system.recorder.first_frame_wait_s, first = waited, False
                 rec, kf = system.track_frame(staged.frame, staged.observation())
                 if kf is not None:
                     t0 = time.perf_counter()

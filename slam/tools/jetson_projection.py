@@ -110,7 +110,8 @@ def check(profile: dict, ref_key: str, runs: list, tolerance: float) -> tuple[st
              f"  tracking ms per frame: profile {tracking_part(profile)['wall_ms']:.2f} (replays alone), runs "
              f"{median('tracking_mean', 'stage_ms'):.2f} (threaded); the tracker waited "
              f"{median('tracking_waited_for_map_s'):.1f} s for the mapper, "
-             f"{median('tracking_waited_for_frames_s'):.1f} s for frames (not in the model)"]
+             f"{median('tracking_waited_for_frames_s'):.2f} s for frames ({median('tracking_waited_for_first_frame_s'):.2f} "
+             "of it for the first; not in the model)"]
     return "\n".join(lines), ok
 
 
