@@ -2,14 +2,15 @@
 # A kernel change measured against its base on one CUDA machine (the only comparison worth making:
 # GPUs of one kind differ by up to ~30 %). Builds the base and this checkout side by side (each
 # into its own kernel cache), then takes ROUNDS turns of: the tracker's profile (slam_profile on
-# 7-Scenes by default) A then B, and with BENCH=1 the fused pass's benchmark A then B; prints
-# slam.tools.ab_compare's tables (medians, spread, B / A per frame figure and per kernel).
+# 7-Scenes by default) A then B, with BENCH=1 the fused pass's benchmark A then B, with SYSTEM=1
+# a whole run_slam of DATA_DIR A then B; prints slam.tools.ab_compare's tables (medians, spread,
+# B / A per frame figure, per kernel, per benchmark row and per run figure).
 #   scripts/gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]        (DATA_DIR "-": CONFIG's own data)
 # BASE_DIR: an export of the base's code, e.g. `git archive <rev> slam rasterizer configs datasets | tar -x -C BASE_DIR`
 #   (a copy sent to a GPU machine has no git history). DATA_DIR: 7-Scenes redkitchen frames 0-99
-#   at least. OUT_DIR: default $OUT, else ab_logs/. Options (environment): ROUNDS (2), BENCH (1),
-#   PROFILE_ARGS (--map-frames 60 --frames 40), CONFIG (7scenes.yaml), SETS (extra --set KEY=VALUE
-#   words for both profiles),
+#   at least (SYSTEM=1: the whole sequence). OUT_DIR: default $OUT, else ab_logs/. Options
+#   (environment): ROUNDS (2), BENCH (1), SYSTEM (0), PROFILE_ARGS (--map-frames 60 --frames 40),
+#   CONFIG (7scenes.yaml), SETS (extra KEY=VALUE words, --set for every profile and run),
 #   BENCH_ARGS (--no-cpu). Run from this checkout; PYTHONPATH may hold other packages (it is
 #   prefixed with each tree in turn).
 set -uo pipefail
@@ -60,12 +61,22 @@ bench() {  # bench SIDE ROUND
   in_tree "$tree" "$cache" $PY -m rasterizer.bench.gauss_newton ${BENCH_ARGS:---no-cpu} --json "$LOG/bench_$1$2.json" \
     > "$LOG/bench_$1$2.txt" 2>&1 || { echo "bench $1$2 failed ($LOG/bench_$1$2.txt):"; tail -n 15 "$LOG/bench_$1$2.txt"; exit 2; }
 }
+whole_run() {  # whole_run SIDE ROUND: one run_slam (system.profile_frames 5: its GPU ms a tracked frame)
+  local tree=$NEW cache=$B_CACHE
+  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
+  rm -rf "$LOG/run_$1$2"
+  in_tree "$tree" "$cache" $PY -m slam.cli "${sets[@]}" --set system.profile_frames=5 --set output.plots=false \
+    --out "$LOG/run_$1$2" --quiet > "$LOG/run_$1$2.txt" 2>&1 \
+    || { echo "run $1$2 failed ($LOG/run_$1$2.txt):"; tail -n 15 "$LOG/run_$1$2.txt"; exit 2; }
+}
 for r in $(seq "$ROUNDS"); do
   profile a "$r"; profile b "$r"
   if [ "${BENCH:-1}" = 1 ]; then bench a "$r"; bench b "$r"; fi
+  if [ "${SYSTEM:-0}" = 1 ]; then whole_run a "$r"; whole_run b "$r"; fi
   echo "round $r done: $(( $(date +%s) - start )) s"
 done
 
 args=(--a "$LOG"/profile_a*.json --b "$LOG"/profile_b*.json)
 [ "${BENCH:-1}" = 1 ] && args+=(--bench-a "$LOG"/bench_a*.json --bench-b "$LOG"/bench_b*.json)
+[ "${SYSTEM:-0}" = 1 ] && args+=(--runs-a "$LOG"/run_a*/metrics.json --runs-b "$LOG"/run_b*/metrics.json)
 PYTHONPATH="$NEW${PYTHONPATH:+:$PYTHONPATH}" $PY -m slam.tools.ab_compare "${args[@]}" | tee "$LOG/ab.md"

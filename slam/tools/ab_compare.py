@@ -1,15 +1,18 @@
 """Two builds measured side by side on one machine: A (the base) against B (the change), from the
-JSON files that ``slam_profile --json`` (the tracker alone) and ``slam_bench_gauss_newton --json``
-(the fused pass on random spheres) write, several runs a side, taken in turns (A, B, A, B, ...) so
-that a machine's drift falls on both. ``scripts/gpu_ab.sh`` makes the runs and calls this.
+JSON files that ``slam_profile --json`` (the tracker alone), ``slam_bench_gauss_newton --json`` (the
+fused pass on random spheres) and ``run_slam`` (metrics.json: whole runs) write, several runs a
+side, taken in turns (A, B, A, B, ...) so that a machine's drift falls on both.
+``scripts/gpu_ab.sh`` makes the runs and calls this.
 
     python -m slam.tools.ab_compare --a a1.json a2.json --b b1.json b2.json \\
-        [--bench-a ga1.json ga2.json --bench-b gb1.json gb2.json] [--kernels 12]
+        [--bench-a ga1.json ga2.json --bench-b gb1.json gb2.json] \\
+        [--runs-a runA1/metrics.json --runs-b runB1/metrics.json] [--kernels 12]
 
 Prints markdown tables: per tracked frame (wall, host and GPU ms, renders, GPU operations) and per
-GPU kernel (us a frame and a run, the profiler's names shortened), then the benchmark's rows; each
-figure the median of its side's runs, [min-max] where they differ, and B / A. A kernel one side
-lacks shows "-" there. Figures are the runs' own: a change moves them only beyond their spread.
+GPU kernel (us a frame and a run, the profiler's names shortened), the benchmark's rows, and whole
+runs (ATE, FPS, GPU ms a tracked frame, the threads' times and waits, memory); each figure the
+median of its side's runs, [min-max] where they differ, and B / A. A kernel one side lacks shows
+"-" there. Figures are the runs' own: a change moves them only beyond their spread.
 """
 from __future__ import annotations
 
@@ -108,6 +111,38 @@ def kernel_rows(a: list, b: list, top: int) -> list:
     return rows
 
 
+# Whole runs (metrics.json of run_slam), in the order printed: (path of keys, label, digits).
+RUN_FIGURES = ((("trajectory", "ate_rmse_m"), "ATE cm", 2), (("fps_system",), "FPS system", 1),
+               (("fps_tracking",), "FPS tracking", 1), (("per_tracked_frame", "gpu_ms"), "GPU ms a tracked frame", 3),
+               (("stage_ms", "tracking_mean"), "tracking ms a frame", 2),
+               (("stage_ms", "mapping_mean"), "mapping ms a keyframe", 1),
+               (("tracking_waited_for_map_s",), "tracker's wait for the mapper s", 2),
+               (("tracking_waited_for_frames_s",), "tracker's wait for frames s", 2),
+               (("tracking_failures",), "frames flagged", 0), (("peak_rss_mb",), "peak RSS MB", 0),
+               (("peak_gpu_mb",), "peak GPU MB", 0))
+
+
+def run_value(metrics: dict, keys: tuple) -> Optional[float]:
+    """metrics[keys[0]][keys[1]]...; ATE in cm; None where absent or not a number."""
+    v = metrics
+    for k in keys:
+        v = v.get(k) if isinstance(v, dict) else None
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    return 100.0 * v if keys[-1] == "ate_rmse_m" else float(v)
+
+
+def run_rows(a: list, b: list) -> list:
+    """[figure, A cell, B cell, B / A] per RUN_FIGURES from metrics.json contents."""
+    rows = []
+    for keys, label, digits in RUN_FIGURES:
+        va = [x for x in (run_value(m, keys) for m in a) if x is not None]
+        vb = [x for x in (run_value(m, keys) for m in b) if x is not None]
+        if va or vb:
+            rows.append([label, cell(va, digits), cell(vb, digits), ratio(va, vb)])
+    return rows
+
+
 def bench_rows(a: list, b: list) -> list:
     """[N, image, call, A GPU ms, B GPU ms, B / A] per benchmark row present on either side."""
     def table(runs: list) -> dict:
@@ -150,12 +185,15 @@ def main(argv=None) -> int:
     ap.add_argument("--b", nargs="*", default=[], help="B's slam_profile --json files")
     ap.add_argument("--bench-a", nargs="*", default=[], help="A's slam_bench_gauss_newton --json files")
     ap.add_argument("--bench-b", nargs="*", default=[], help="B's slam_bench_gauss_newton --json files")
+    ap.add_argument("--runs-a", nargs="*", default=[], help="A's run_slam metrics.json files")
+    ap.add_argument("--runs-b", nargs="*", default=[], help="B's run_slam metrics.json files")
     ap.add_argument("--kernels", type=int, default=12, help="kernels listed (by time a frame)")
     args = ap.parse_args(argv)
     a, b = load(args.a), load(args.b)
     ba, bb = load(args.bench_a), load(args.bench_b)
-    if not (a or b or ba or bb):
-        ap.error("no files: give --a / --b and / or --bench-a / --bench-b")
+    ra, rb = load(args.runs_a), load(args.runs_b)
+    if not (a or b or ba or bb or ra or rb):
+        ap.error("no files: give --a / --b, --bench-a / --bench-b and / or --runs-a / --runs-b")
     if a or b:
         machines = sorted({p.get("machine", "?") for p in a + b})
         print(f"### The tracker alone, per tracked frame (A: {len(a)} runs, B: {len(b)}; {', '.join(machines)})\n")
@@ -168,6 +206,9 @@ def main(argv=None) -> int:
         gpus = sorted({r.get("gpu", "?") for r in ba + bb})
         print(f"\n### slam_bench_gauss_newton, GPU ms a call (A: {len(ba)} runs, B: {len(bb)}; {', '.join(gpus)})\n")
         print(markdown(["N", "image", "call", "A", "B", "B / A"], bench_rows(ba, bb)))
+    if ra or rb:
+        print(f"\n### Whole runs (A: {len(ra)}, B: {len(rb)})\n")
+        print(markdown(["figure", "A", "B", "B / A"], run_rows(ra, rb)))
     return 0
 
 
