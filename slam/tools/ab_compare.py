@@ -111,33 +111,34 @@ def kernel_rows(a: list, b: list, top: int) -> list:
     return rows
 
 
-# Whole runs (metrics.json of run_slam), in the order printed: (path of keys, label, digits).
-RUN_FIGURES = ((("trajectory", "ate_rmse_m"), "ATE cm", 2), (("fps_system",), "FPS system", 1),
-               (("fps_tracking",), "FPS tracking", 1), (("per_tracked_frame", "gpu_ms"), "GPU ms a tracked frame", 3),
-               (("stage_ms", "tracking_mean"), "tracking ms a frame", 2),
-               (("stage_ms", "mapping_mean"), "mapping ms a keyframe", 1),
-               (("tracking_waited_for_map_s",), "tracker's wait for the mapper s", 2),
-               (("tracking_waited_for_frames_s",), "tracker's wait for frames s", 2),
-               (("tracking_failures",), "frames flagged", 0), (("peak_rss_mb",), "peak RSS MB", 0),
-               (("peak_gpu_mb",), "peak GPU MB", 0))
+# Whole runs (metrics.json of run_slam), in the order printed: (path of keys, label, digits, scale).
+RUN_FIGURES = ((("trajectory", "ate_rmse_m"), "ATE cm", 2, 100.0), (("fps_system",), "FPS system", 1, 1.0),
+               (("fps_tracking",), "FPS tracking", 1, 1.0),
+               (("per_tracked_frame", "gpu_ms"), "GPU ms a tracked frame", 3, 1.0),
+               (("stage_ms", "tracking_mean"), "tracking ms a frame", 2, 1.0),
+               (("stage_ms", "mapping_mean"), "mapping ms a keyframe", 1, 1.0),
+               (("tracking_waited_for_map_s",), "tracker's wait for the mapper s", 2, 1.0),
+               (("tracking_waited_for_frames_s",), "tracker's wait for frames s", 2, 1.0),
+               (("tracking_failures",), "frames flagged", 0, 1.0), (("peak_rss_mb",), "peak RSS MB", 0, 1.0),
+               (("peak_gpu_mb",), "peak GPU MB", 0, 1.0))
 
 
 def run_value(metrics: dict, keys: tuple) -> Optional[float]:
-    """metrics[keys[0]][keys[1]]...; ATE in cm; None where absent or not a number."""
+    """metrics[keys[0]][keys[1]]...; None where absent or not a number."""
     v = metrics
     for k in keys:
         v = v.get(k) if isinstance(v, dict) else None
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return None
-    return 100.0 * v if keys[-1] == "ate_rmse_m" else float(v)
+    return float(v)
 
 
 def run_rows(a: list, b: list) -> list:
     """[figure, A cell, B cell, B / A] per RUN_FIGURES from metrics.json contents."""
     rows = []
-    for keys, label, digits in RUN_FIGURES:
-        va = [x for x in (run_value(m, keys) for m in a) if x is not None]
-        vb = [x for x in (run_value(m, keys) for m in b) if x is not None]
+    for keys, label, digits, scale in RUN_FIGURES:
+        va = [scale * x for x in (run_value(m, keys) for m in a) if x is not None]
+        vb = [scale * x for x in (run_value(m, keys) for m in b) if x is not None]
         if va or vb:
             rows.append([label, cell(va, digits), cell(vb, digits), ratio(va, vb)])
     return rows
