@@ -46,28 +46,26 @@ echo "builds: $(( $(date +%s) - start )) s"
 sets=(--config "${CONFIG:-7scenes.yaml}")
 [ "$DATA" = - ] || sets+=(--set "data.path=$(cd "$DATA" && pwd)") || exit 2
 for s in ${SETS:-}; do sets+=(--set "$s"); done
-profile() {  # profile SIDE ROUND
-  local tree=$NEW cache=$B_CACHE
+# on_side SIDE NAME CMD...: CMD in side a's (the base's) or b's tree, its output in $LOG/NAME.txt
+on_side() { local tree=$NEW cache=$B_CACHE name=$2
   [ "$1" = a ] && tree=$BASE cache=$A_CACHE
+  shift 2
+  in_tree "$tree" "$cache" "$@" > "$LOG/$name.txt" 2>&1 \
+    || { echo "$name failed ($LOG/$name.txt):"; tail -n 15 "$LOG/$name.txt"; exit 2; }
+}
+profile() {  # profile SIDE ROUND
   # shellcheck disable=SC2086  # PROFILE_ARGS: several words
-  in_tree "$tree" "$cache" $PY -m slam.tools.profile_tracking "${sets[@]}" \
-    ${PROFILE_ARGS:---map-frames 60 --frames 40} --rows 0 --json "$LOG/profile_$1$2.json" > "$LOG/profile_$1$2.txt" 2>&1 \
-    || { echo "profile $1$2 failed ($LOG/profile_$1$2.txt):"; tail -n 15 "$LOG/profile_$1$2.txt"; exit 2; }
+  on_side "$1" "profile_$1$2" $PY -m slam.tools.profile_tracking "${sets[@]}" \
+    ${PROFILE_ARGS:---map-frames 60 --frames 40} --rows 0 --json "$LOG/profile_$1$2.json"
 }
 bench() {  # bench SIDE ROUND
-  local tree=$NEW cache=$B_CACHE
-  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
   # shellcheck disable=SC2086
-  in_tree "$tree" "$cache" $PY -m rasterizer.bench.gauss_newton ${BENCH_ARGS:---no-cpu} --json "$LOG/bench_$1$2.json" \
-    > "$LOG/bench_$1$2.txt" 2>&1 || { echo "bench $1$2 failed ($LOG/bench_$1$2.txt):"; tail -n 15 "$LOG/bench_$1$2.txt"; exit 2; }
+  on_side "$1" "bench_$1$2" $PY -m rasterizer.bench.gauss_newton ${BENCH_ARGS:---no-cpu} --json "$LOG/bench_$1$2.json"
 }
 whole_run() {  # whole_run SIDE ROUND: one run_slam (system.profile_frames 5: its GPU ms a tracked frame)
-  local tree=$NEW cache=$B_CACHE
-  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
   rm -rf "$LOG/run_$1$2"
-  in_tree "$tree" "$cache" $PY -m slam.cli "${sets[@]}" --set system.profile_frames=5 --set output.plots=false \
-    --out "$LOG/run_$1$2" --quiet > "$LOG/run_$1$2.txt" 2>&1 \
-    || { echo "run $1$2 failed ($LOG/run_$1$2.txt):"; tail -n 15 "$LOG/run_$1$2.txt"; exit 2; }
+  on_side "$1" "run_$1$2" $PY -m slam.cli "${sets[@]}" --set system.profile_frames=5 --set output.plots=false \
+    --out "$LOG/run_$1$2" --quiet
 }
 for r in $(seq "$ROUNDS"); do
   profile a "$r"; profile b "$r"
