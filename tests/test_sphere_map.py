@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from slam.map.map_io import MapFormatError, load_map_rows, save_map
-from slam.map.sphere_map import PARAM_DIM, SphereMap, bytes_per_sphere
+from slam.map.sphere_map import COLOR, LOG_RADIUS, MEANS, OPACITY, PARAM_DIM, SphereMap, activate, bytes_per_sphere
 
 
 def spheres(n, offset=0.0):
@@ -142,3 +142,35 @@ def test_frozen_rows_are_never_optimised_removed_or_cut_for_budget():
     m.stats["age"][: m.n] = 1
     assert Pruner(PrunerConfig()).make_room(m, incoming=9) == 2        # only the 2 local rows can go
     assert m.n == 4 and torch.equal(m.params[:4], saved)
+
+
+def _autograd_activate(rows):
+    return rows[:, MEANS], torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+
+
+@pytest.mark.parametrize("used", [(0, 1, 2, 3), (1, 2), (0,), (3,)])
+def test_activate_gradient_equals_autograds_own(used):
+    """activate's written-out backward gives autograd's values to the bit, with every output or
+    only some of them reaching the loss (the others' gradients are zeros)."""
+    rows = torch.randn(257, PARAM_DIM, generator=torch.Generator().manual_seed(len(used)))
+    weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)) for i, o in enumerate(_autograd_activate(rows))]
+
+    def grad_of(fn):
+        leaf = rows.clone().requires_grad_(True)
+        outs = fn(leaf)
+        loss = sum((outs[i] * weights[i]).sum() for i in used)
+        return outs, torch.autograd.grad(loss, leaf)[0]
+
+    got, g = grad_of(activate)
+    want, w = grad_of(_autograd_activate)
+    for a, b in zip(got, want):
+        assert torch.equal(a.detach(), b.detach())
+    assert torch.equal(g, w)
+
+
+def test_activate_without_gradients_makes_no_graph():
+    rows = torch.randn(5, PARAM_DIM)
+    assert all(t.grad_fn is None for t in activate(rows))
+    with torch.no_grad():
+        assert all(t.grad_fn is None for t in activate(rows.requires_grad_(True)))
+

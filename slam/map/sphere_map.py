@@ -41,8 +41,31 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
 def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Parameter rows (N, 8) -> (means (N, 3) metres, radii (N,) metres, colors (N, 3) in [0, 1],
-    opacities (N,) in [0, 1])."""
+    opacities (N,) in [0, 1]). With gradients (``_Activate``), the rows' gradient is one (N, 8)
+    tensor built in one step."""
+    if rows.requires_grad and torch.is_grad_enabled():
+        return _Activate.apply(rows)
     return rows[:, MEANS], torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+
+
+class _Activate(torch.autograd.Function):
+    """``activate`` with its backward written out: the rows' (N, 8) gradient from the four
+    outputs' in one concatenation (exp's and the sigmoids' derivatives as autograd takes them, so
+    the same values), where autograd's own chain took about thirteen launches (a zero-filled (N, 8)
+    tensor per slice of the rows, then their sum): the mapper steps 40 times a keyframe."""
+
+    @staticmethod
+    def forward(ctx, rows):
+        radii, colors, opacities = torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+        ctx.save_for_backward(radii, colors, opacities)
+        return rows[:, MEANS], radii, colors, opacities
+
+    @staticmethod
+    def backward(ctx, g_means, g_radii, g_colors, g_opacities):   # absent gradients come as zeros
+        radii, colors, opacities = ctx.saved_tensors
+        sigmoid_backward = torch.ops.aten.sigmoid_backward
+        return torch.cat([g_means, (g_radii * radii)[:, None], sigmoid_backward(g_colors, colors),
+                          sigmoid_backward(g_opacities, opacities)[:, None]], dim=1)
 
 
 def bytes_per_sphere() -> int:
