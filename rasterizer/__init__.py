@@ -56,7 +56,10 @@ a pose increment and reduces the robust normal equations against an observed RGB
 fused pass; its model is in rasterizer/gauss_newton.py.
 
 Mapping: ``adam_rows(params, exp_avg, exp_avg_sq, steps, grad, lr)`` is the map's Adam update of
-packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py).
+packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py);
+``render_l1_loss(color, depth, obs_color, obs_depth, valid, depth_ok, depth_weight)`` its loss (masked
+L1 colour and depth of a render against a frame) and the pixel errors, one kernel each way
+(rasterizer/loss.py).
 
 Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
 valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
@@ -82,9 +85,10 @@ from ._inputs import check_spheres, zeros3
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
+from .loss import RenderLoss, render_l1_loss
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "increment_points", "adam_rows", "downsample",
+           "GaussNewtonResult", "increment_points", "adam_rows", "render_l1_loss", "RenderLoss", "downsample",
            "depth_edge_mask", "unroll"]
 
 

@@ -12,6 +12,7 @@
 #include "frame_math.h"
 #include "gn_math.h"
 #include "lm_math.h"
+#include "loss_math.h"
 #include "sphere_math.h"
 
 namespace sr {
@@ -186,6 +187,31 @@ inline UnrollParams check_unroll_args(const at::Tensor& color, const at::Tensor&
   return UnrollParams{(float)q[0], (float)q[1], (float)q[2], (float)q[3], (float)q[4],
                       (float)q[5], (float)q[6], (float)q[7], (float)q[8], (float)q[9],
                       depth.size(0), depth.size(1)};
+}
+
+// The render loss's images: a render's colour (H, W, 3) and depth (H, W), the observation's the
+// same, the masks valid and depth_ok (H, W) bool, all contiguous on the kernel's device.
+inline void check_loss_images(const at::Tensor& color, const at::Tensor& depth, const at::Tensor& obs_color,
+                              const at::Tensor& obs_depth, const at::Tensor& valid,
+                              const at::Tensor& depth_ok, bool cuda) {
+  check_images(color, depth, 1, cuda);
+  check_images(obs_color, obs_depth, 1, cuda);
+  TORCH_CHECK(obs_depth.sizes() == depth.sizes(), "the observation must have the render's size");
+  for (const at::Tensor* m : {&valid, &depth_ok}) {
+    TORCH_CHECK(m->is_cuda() == cuda && m->scalar_type() == at::kBool && m->is_contiguous() &&
+                    m->sizes() == depth.sizes(),
+                "valid and depth_ok must be contiguous (H, W) bool on the kernel's device");
+  }
+}
+
+// The loss's totals (kLossTotals,) float64 and its gradient, a float32 scalar, on the kernel's
+// device.
+inline void check_loss_backward(const at::Tensor& totals, const at::Tensor& grad, bool cuda) {
+  TORCH_CHECK(totals.is_cuda() == cuda && totals.scalar_type() == at::kDouble && totals.is_contiguous() &&
+                  totals.numel() == kLossTotals,
+              "totals must be ", kLossTotals, " contiguous float64 values on the kernel's device");
+  TORCH_CHECK(grad.is_cuda() == cuda && grad.scalar_type() == at::kFloat && grad.numel() == 1,
+              "the loss's gradient must be one float32 value on the kernel's device");
 }
 
 }  // namespace sr

@@ -189,8 +189,8 @@ class Mapper:
                 kf: Keyframe | None = None) -> torch.Tensor:
         """One optimisation step of the live rows ``rows`` ((N, 8) leaf of ``SphereMap.active()``,
         requires grad) on one keyframe view, and of ``kf``'s pose unless it is None or fixed;
-        returns the loss (detached). L1 colour over valid-depth pixels + depth_weight * L1 depth
-        over edge-free depth. ``room``: the render's ``rasterizer.PairRoom`` (the step graph's).
+        returns the loss (detached): ``rasterizer.render_l1_loss`` (L1 colour over valid-depth
+        pixels + depth_weight * L1 depth over edge-free depth). ``room``: the render's ``rasterizer.PairRoom`` (the step graph's).
         Queued kernels only, no host wait, unless ``kf``'s pose is refined (its Adam is on the
         host): the step the CUDA graph captures (``slam.mapping.step_graph``)."""
         o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
@@ -198,14 +198,10 @@ class Mapper:
         delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
         out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
                              backend=self.backend, stats=stats, pose_delta=delta, pair_room=room)
-        err_c = (out.color - o.color).abs().mean(-1)
-        m = valid.float()
-        l_color = (err_c * m).sum() / m.sum().clamp_min(1.0)
-        dm = depth_ok.float()
-        l_depth = ((out.depth - o.depth).abs() * dm).sum() / dm.sum().clamp_min(1.0)
-        loss = l_color + self.cfg.depth_weight * l_depth
+        loss, pixel_error = rasterizer.render_l1_loss(out.color, out.depth, o.color, o.depth, valid, depth_ok,
+                                                      self.cfg.depth_weight, backend=self.backend)
         if stats is not None:
-            stats.pixel_error = (err_c * m).detach()
+            stats.pixel_error = pixel_error
         grads = torch.autograd.grad(loss, [rows] if delta is None else [rows, delta])
         self.smap.adam_step(grads[0], self.lr, backend=self.backend)
         if delta is not None:
