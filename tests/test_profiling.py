@@ -1,5 +1,5 @@
 """The tracking-cost figures: the profiler summary (slam.runtime.profiling) and the Jetson
-projection's choice of overlap or serial frame time (slam.tools.jetson_projection)."""
+projection's tracker-alone frame time, host + GPU (slam.tools.jetson_projection)."""
 from types import SimpleNamespace
 
 import pytest
@@ -36,16 +36,20 @@ def test_summary_of_a_real_cpu_profile():
     assert s["host_ms"] > 0 and s["gpu_ms"] == 0 and s["launches"] == 0 and s["host_waits"] == 0
 
 
-def test_projection_overlaps_host_and_gpu_only_with_one_wait_per_frame():
+def test_the_tracker_alone_takes_host_plus_gpu_a_frame():
+    """One host wait a frame or many: the frame's result is read before the next frame's host work
+    starts, so they take turns. Host: the un-profiled wall time less the GPU time, or the
+    profiler's host ms if larger; on the profiled machine the frame is then its wall time."""
     proj = jetson_projection
-    prof = dict(host_ms=2.0, gpu_ms_by_class={"raster": 1.0, "sort": 0.5}, host_waits=1.13)
+    prof = dict(host_ms=0.5, wall_ms=2.0, gpu_ms=1.5, gpu_ms_by_class={"raster": 1.0, "sort": 0.5}, host_waits=1.13)
     ref, agx = proj.MACHINES["h200"], proj.MACHINES["orin_agx"]
-    one = proj.project(prof, ref, agx)
-    assert one["overlap"] and one["fps"] == pytest.approx(1e3 / max(one["host_ms"], one["gpu_ms"]))
-    many = proj.project(dict(prof, host_waits=24.0), ref, agx)
-    unknown = proj.project({k: v for k, v in prof.items() if k != "host_waits"}, ref, agx)
-    for p in (many, unknown):
-        assert not p["overlap"] and p["fps"] == pytest.approx(1e3 / (p["host_ms"] + p["gpu_ms"]))
+    same = proj.project(prof, ref, ref)
+    assert same["host_ms"] == pytest.approx(0.5) and same["frame_ms"] == pytest.approx(2.0)
+    for p in (proj.project(prof, ref, agx), proj.project(dict(prof, host_waits=24.0), ref, agx)):
+        assert p["fps"] == pytest.approx(1e3 / (p["host_ms"] + p["gpu_ms"]))
+        assert p["host_ms"] == pytest.approx(0.5 * p["cpu_ratio"])
+    old_layout = proj.project({k: v for k, v in prof.items() if k != "wall_ms"}, ref, ref)   # no wall time
+    assert old_layout["host_ms"] == pytest.approx(0.5) and old_layout["frame_ms"] == pytest.approx(2.0)
 
 
 def test_summary_per_kernel_sums_each_name_per_frame():

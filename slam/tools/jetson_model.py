@@ -15,12 +15,13 @@ The tracker alone (the model, stated so it can be checked):
 - GPU work scales per kernel class with what bounds it: our rasterizer and GEMM kernels with
   FP32 throughput (SMs x FP32 lanes per SM x clock); sorting, copies and element-wise kernels with
   memory bandwidth.
-- A frame takes between max(host, GPU) (host and GPU fully overlap) and host + GPU (every LM
-  iteration waits for the GPU). Which applies is measured: the profile's ``host_waits`` per frame
-  (synchronise calls and reads into pageable memory). With fewer than two (the tracker's device
-  LM: the host queues the whole frame, then reads the result back once) the host's work overlaps
-  the GPU's and FPS comes from the lower bound; with more, or in a profile without the figure,
-  from the upper one. ``host_ms`` is the host's own work: the profile leaves its waits out.
+- A frame takes host + GPU: the tracker reads each frame's result back (its one host wait) before
+  it can start the next frame's host work (the next frame's prior is this frame's pose), so a
+  frame's host work and its GPU work take turns; only the queueing of kernels overlaps kernels
+  already running. Host ms: the un-profiled wall time less the GPU time, or the profiler's host ms
+  if larger (a profile without a wall time). Until 2026-12-05 the model took max(host, GPU) with
+  fewer than two host waits a frame: on the profiled machine itself it then gave the tracker 0.98
+  ms a frame against its measured 2.0 (H100, 2f61462), and the whole system 1.31x the measured rate.
 
 The whole system, per input frame; r = keyframes per input frame (``keyframe_rate``: over every
 frame the profile's own sequential run tracked; the sequence and the keyframe rules set it, not
@@ -29,8 +30,8 @@ the machine, and the profile stays one file from one machine):
 - A thread's host work h is its un-profiled wall time less its GPU time (the tracker's: or its
   thread CPU time a frame in the profile's run, if larger) times ``cpu_ratio``: the profiler's
   operator time leaves the interpreter out and is inflated by the profiler. GPU ms g as above.
-- The mapper per keyframe: T_m = h_m + g_m (it waits for the GPU at every render's pair count);
-  max(h_m, g_m) with fewer than two waits a keyframe.
+- The mapper per keyframe: T_m = h_m + g_m (it waits for the GPU inside a keyframe: the densify
+  render's pair count, the loss after the steps).
 - One GPU: the threads' kernels take turns, G = g_t + r (g_m + g_loop).
 - The mapper's own thread: M = r T_m (it works through one keyframe at a time).
 - One interpreter lock: the tracking and mapping threads have cores of their own, but one runs
@@ -41,8 +42,8 @@ the machine, and the profile stays one file from one machine):
   through its GPU waits.)
 - The tracker waits for the mapper when it is ``system.max_unmapped_keyframes`` ahead, the mapper
   for keyframes: in steady state the slowest sets the pace, frame = max(t_t, M, L, G); system FPS =
-  1000 / frame; the binding term is printed. t_t = h_t + g_t, or the larger with fewer than two
-  waits a frame (the tracker alone above, from h_t: the same on a GPU-bound tracker). With
+  1000 / frame; the binding term is printed. t_t = h_t + g_t (as the tracker alone above, but with
+  h_t from the whole ``track_frame``: the profile's thread CPU). With
   ``max_unmapped_keyframes`` 0 (the profile's ``max_unmapped_keyframes``; 1 when absent) the
   tracker waits for each keyframe to be mapped: the tracking term is t_t + M (``tracking+mapping``)
   and the mapper has no term of its own.
@@ -96,7 +97,6 @@ MACHINES = {
 }
 NANO_SUPER = Machine("Jetson Orin Nano 8GB (super)", 1024, 1.02, 102.0, 1.7, 0.55)
 COMPUTE_BOUND = {"raster", "gemm"}   # everything else (sort, copy, elementwise) is memory bound
-SERIAL_WAITS = 2.0   # host waits per frame (keyframe) from which host and GPU take turns
 
 
 def ratios(ref: Machine, target: Machine) -> tuple[float, float, float]:
@@ -109,11 +109,6 @@ def gpu_ms(part: dict, compute_ratio: float, bw_ratio: float) -> float:
     """A part's GPU ms per frame (keyframe) on the target: each kernel class scaled by what bounds it."""
     return sum(ms * (compute_ratio if cls in COMPUTE_BOUND else bw_ratio)
                for cls, ms in part.get("gpu_ms_by_class", {}).items())
-
-
-def serial(part: dict) -> bool:
-    """Host and GPU take turns: two host waits or more per unit, or the figure missing."""
-    return part.get("host_waits", float("inf")) >= SERIAL_WAITS
 
 
 def tracking_part(profile: dict) -> dict:
@@ -131,24 +126,22 @@ def host_work(part: dict) -> float:
 
 
 def project(profile: dict, ref: Machine, target: Machine) -> dict:
-    """The tracker alone on ``target``: host, GPU and frame ms per frame (lower and upper bound,
-    ``frame_ms`` the one that applies) and FPS."""
+    """The tracker alone on ``target``: host, GPU and frame (host + GPU) ms per frame and FPS. Host:
+    the un-profiled wall time less the GPU time, or the profiler's host ms if larger."""
     part = tracking_part(profile)
     cpu_ratio, compute_ratio, bw_ratio = ratios(ref, target)
-    host = part["host_ms"] * cpu_ratio
+    host = max(part.get("wall_ms", 0.0) - part.get("gpu_ms", 0.0), part["host_ms"]) * cpu_ratio
     gpu = gpu_ms(part, compute_ratio, bw_ratio)
-    overlap = not serial(part)
-    frame = max(host, gpu) if overlap else host + gpu
+    frame = host + gpu
     return {"machine": target.name, "cpu_ratio": cpu_ratio, "compute_ratio": compute_ratio, "bw_ratio": bw_ratio,
-            "host_ms": host, "gpu_ms": gpu, "frame_ms_low": max(host, gpu), "frame_ms_high": host + gpu,
-            "frame_ms": frame, "overlap": overlap, "fps": 1e3 / frame if frame > 0 else float("inf")}
+            "host_ms": host, "gpu_ms": gpu, "frame_ms": frame, "fps": 1e3 / frame if frame > 0 else float("inf")}
 
 
 def thread_ms(part: dict, cpu_ratio: float, compute_ratio: float, bw_ratio: float) -> tuple[float, float, float]:
     """A thread's (host, GPU, own) ms per frame (keyframe) on the target: ``host_work`` times
-    ``cpu_ratio``, GPU by kernel class, and host + GPU when ``serial``, else the larger."""
+    ``cpu_ratio``, GPU by kernel class, and their sum (they take turns)."""
     h, g = host_work(part) * cpu_ratio, gpu_ms(part, compute_ratio, bw_ratio)
-    return h, g, (h + g if serial(part) else max(h, g))
+    return h, g, h + g
 
 
 def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dict]:
