@@ -112,6 +112,9 @@ def test_the_check_compares_the_prediction_with_the_runs_median(tmp_path, capsys
     assert f"predicted / measured {predicted / 47.0:.2f}" in text
     text, ok = jetson_projection.check(prof, "h200", runs[:1], 0.15)       # 47.6 / 40: 19 % off
     assert not ok and "OUTSIDE" in text
+    # the first frame's wait counts in the start: 500 + 300 ms
+    text, _ = jetson_projection.check(dict(prof, first_frame_ms=300.0), "h200", runs, 0.15)
+    assert f"predicted {1e3 * 500 / (800.0 + 499 * 20.0):.1f}" in text and "start 0.80 s" in text
     files = []
     for i, run in enumerate(runs[:1]):
         files.append(tmp_path / f"metrics{i}.json")

@@ -86,6 +86,7 @@ def test_profile_of_the_sample_projects_to_jetsons(tmp_path, capsys):
     assert mapping["wall_ms"] > 0 and mapping["host_ms"] > 0 and mapping["count"] == 1 and mapping["timed"] == 1
     assert mapping["gpu_ms"] == 0 and mapping["launches"] == 0 and mapping["spheres"] > 0      # the CPU path
     assert 0 < profile["keyframe_rate"] <= 1 and profile["rate_keyframes"] >= 3 and profile["start_ms"] > 0
+    assert profile["first_frame_ms"] > 0
     assert profile["grid"]["cpu_ms"] >= 0 and profile["grid"]["keyframes"] >= 3
     from slam.loop.pose_graph import gtsam_available
     if gtsam_available():
