@@ -19,10 +19,12 @@ def candidate_mask(obs: Observation, render, cfg: MappingConfig) -> torch.Tensor
     valid = depth_edge_mask(obs.depth)
     if render is None:
         return valid
-    missing = render.alpha < cfg.densify_alpha
-    in_front = (render.depth - obs.depth) > cfg.densify_depth_error
-    coarse = (render.color - obs.color).abs().mean(-1) > cfg.densify_color_error
-    return valid & (missing | in_front | coarse)
+    needed = (render.alpha < cfg.densify_alpha) | ((render.depth - obs.depth) > cfg.densify_depth_error)
+    # Colours are in [0, 1], so a mean error above 1 never happens: at 1 (off, the default) the
+    # test is skipped (on a GPU its kernels would load into host memory for nothing).
+    if cfg.densify_color_error < 1.0:
+        needed = needed | ((render.color - obs.color).abs().mean(-1) > cfg.densify_color_error)
+    return valid & needed
 
 
 def seed_spheres(obs: Observation, T_wc: torch.Tensor, mask: torch.Tensor, cfg: MappingConfig,
