@@ -82,6 +82,9 @@ def render_l1_loss(color: torch.Tensor, depth: torch.Tensor, obs_color: torch.Te
             raise ValueError(f"{name} must be {tuple(shape)} on {color.device}, got {tuple(t.shape)} on {t.device}")
     if valid.dtype != torch.bool or depth_ok.dtype != torch.bool:
         raise ValueError(f"valid and depth_ok must be bool, got {valid.dtype} and {depth_ok.dtype}")
+    for name, t in (("color", color), ("depth", depth), ("obs_color", obs_color), ("obs_depth", obs_depth)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be floating point (colours in [0, 1], depths in metres), got {t.dtype}")
     kind = _ext.resolve_backend(backend, color, what="color")
     if kind == "reference":
         return reference(color, depth, obs_color, obs_depth, valid, depth_ok, depth_weight)

@@ -86,6 +86,8 @@ def test_bad_input_names_the_problem():
         rasterizer.render_l1_loss(color, depth, obs_color, obs_depth[:4], valid, depth_ok, 1.0)
     with pytest.raises(ValueError, match="bool"):
         rasterizer.render_l1_loss(color, depth, obs_color, obs_depth, valid.float(), depth_ok, 1.0)
+    with pytest.raises(ValueError, match="obs_color must be floating point"):
+        rasterizer.render_l1_loss(color, depth, (obs_color * 255).to(torch.uint8), obs_depth, valid, depth_ok, 1.0)
     with pytest.raises(ValueError, match=r"\(H, W, 3\)"):
         rasterizer.render_l1_loss(color[..., :2], depth, obs_color, obs_depth, valid, depth_ok, 1.0)
 
