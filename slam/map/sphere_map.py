@@ -45,7 +45,12 @@ def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
     tensor built in one step."""
     if rows.requires_grad and torch.is_grad_enabled():
         return _Activate.apply(rows)
-    return rows[:, MEANS], torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+    return (rows[:, MEANS], *_activated(rows))
+
+
+def _activated(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(radii (N,), colors (N, 3), opacities (N,)) of rows (N, 8): exp and the sigmoids."""
+    return torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
 
 
 class _Activate(torch.autograd.Function):
@@ -56,7 +61,7 @@ class _Activate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rows):
-        radii, colors, opacities = torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+        radii, colors, opacities = _activated(rows)
         ctx.save_for_backward(radii, colors, opacities)
         return rows[:, MEANS], radii, colors, opacities
 

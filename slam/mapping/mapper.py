@@ -190,9 +190,10 @@ class Mapper:
         """One optimisation step of the live rows ``rows`` ((N, 8) leaf of ``SphereMap.active()``,
         requires grad) on one keyframe view, and of ``kf``'s pose unless it is None or fixed;
         returns the loss (detached): ``rasterizer.render_l1_loss`` (L1 colour over valid-depth
-        pixels + depth_weight * L1 depth over edge-free depth). ``room``: the render's ``rasterizer.PairRoom`` (the step graph's).
-        Queued kernels only, no host wait, unless ``kf``'s pose is refined (its Adam is on the
-        host): the step the CUDA graph captures (``slam.mapping.step_graph``)."""
+        pixels + depth_weight * L1 depth over edge-free depth). ``room``: the render's
+        ``rasterizer.PairRoom`` (the step graph's). Queued kernels only, no host wait, unless
+        ``kf``'s pose is refined (its Adam is on the host): the step the CUDA graph captures
+        (``slam.mapping.step_graph``)."""
         o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
         means, radii, colors, opacities = self.smap.activated(rows)
         delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
