@@ -47,6 +47,9 @@ def test_threaded_run_writes_complete_outputs(tmp_path, sample_run):
     assert m["frames"] == 12 and m["trajectory"]["ate_rmse_m"] < 0.01
     assert m["images"]["psnr"] > 20
     assert m["fps_system"] > 0 and m["spheres"] == system.smap.n
+    timeline = m["timeline_s"]     # start, frames, end: the time the system rate divides by
+    assert min(timeline.values()) >= 0.0 and timeline["frames"] > 0.0
+    assert sum(timeline.values()) == pytest.approx(m["frames"] / m["fps_system"], rel=1e-9)
     kc = m["keyframe_depth_consistency"]                # exact synthetic depth, sub-centimetre poses
     assert kc["pairs"] == len(result.keyframes) - 1 and kc["median_mm"] < 5.0 and kc["within_1cm"] > 0.8
 

@@ -119,6 +119,21 @@ def test_memory_stages_run_only_with_ops_skips_the_synthetic_stages(capsys):
     assert "torch operation families:" in printed
 
 
+def test_first_use_charges_rss_growth_to_each_operation_s_first_call_only():
+    from slam.tools.memory_stages import FirstUse
+
+    reads = iter(range(0, 1000, 5))        # a fake RSS that grows 5 MB between any two reads
+    watch = FirstUse(rss=lambda: float(next(reads)))
+    x = torch.ones(4)
+    with watch:
+        x.exp(), x.exp(), x.exp().sigmoid(), x.to(torch.float64).exp()
+    assert [(mb, op) for mb, op, _, _ in watch.rows] == [(5.0, "aten::exp"), (5.0, "aten::sigmoid"),
+                                                          (5.0, "aten::_to_copy"), (5.0, "aten::exp")]
+    assert watch.rows[-1][2] == "cpu float64" and len(watch.seen) == 4
+    report = watch.report(30.0)
+    assert "first uses: +20.0 MB over 4 operations (4 seen)" in report and "+30.0 MB" in report
+
+
 def test_gpu_memory_replay_finds_the_peak_and_its_live_blocks():
     from slam.tools.gpu_memory_profile import _site, live_at_peak
 

@@ -5,6 +5,7 @@ mappings grew (heap, anonymous memory, shared libraries by name).
     python -m slam.tools.memory_stages                                # CUDA if present, else CPU
     python -m slam.tools.memory_stages --config 7scenes.yaml --set data.path=/data/7s --frames 60
     python -m slam.tools.memory_stages --run-only --ops --frames 0   # what each torch op family adds
+    python -m slam.tools.memory_stages --run-only --first-use --config 7scenes.yaml --set data.path=... --frames 100
 
 On CUDA the driver loads a kernel's module into host memory the first time any kernel of it runs
 (PyTorch's lazy module loading), so every torch operation family a run touches for the first time
@@ -21,6 +22,7 @@ import os
 import tempfile
 import time
 
+from slam.tools.gpu_memory_profile import _site
 from slam.tools.measure_device import smaps_breakdown
 
 
@@ -120,6 +122,70 @@ def op_stages(st: Stages, torch, dev) -> None:
         st.run(f"op: {name}", lambda fn=fn: run(fn))
 
 
+class FirstUse:
+    """A dispatch mode that charges host-memory growth to the first call of each torch operation
+    (by name, device and dtypes) on the thread it is entered on: the RSS before and after that one
+    call (a kernel's module is loaded at its first launch, on the calling thread, so no device wait
+    is needed). ``rss`` (MB now) may be replaced in tests."""
+
+    def __init__(self, rss=None) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.rss = rss or _rss_now_mb
+        self.seen: set = set()
+        self.rows: list = []        # (MB, op, device and dtypes, call site)
+        owner = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return owner._call(func, args, kwargs or {})
+
+        self.mode = _Mode()
+
+    def _call(self, func, args, kwargs):
+        import traceback
+
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        kinds = tuple(sorted({f"{t.device.type} {str(t.dtype).replace('torch.', '')}" for t in tensors}))
+        key = (func.name(), kinds)
+        if key in self.seen:
+            return func(*args, **kwargs)
+        self.seen.add(key)
+        before = self.rss()
+        out = func(*args, **kwargs)
+        grown = self.rss() - before
+        if grown > 0.0:
+            stack = reversed(traceback.extract_stack()[:-2])
+            frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in stack]
+            self.rows.append((grown, func.name(), ", ".join(kinds), _site(frames)))
+        return out
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    def report(self, total_mb: float, top: int = 40) -> str:
+        """The first uses that grew RSS the most, their sum and what grew outside them."""
+        rows = sorted(self.rows, reverse=True)
+        charged = sum(r[0] for r in rows)
+        lines = [f"{'MB':>6s}  {'operation':34s} {'tensors':28s} call site"]
+        lines += [f"{mb:6.1f}  {op:34s} {kinds:28s} {site}" for mb, op, kinds, site in rows[:top]]
+        lines.append(f"first uses: {charged:+.1f} MB over {len(rows)} operations ({len(self.seen)} seen); "
+                     f"the rest of the stage's {total_mb:+.1f} MB grew outside them (allocations, other threads)")
+        return "\n".join(lines)
+
+
+def _rss_now_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
 def main(argv=None) -> int:
     """Prints the stages; 0 when done."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -132,6 +198,8 @@ def main(argv=None) -> int:
                     help="skip the rasterizer, cuBLAS and Adam stages: what a run itself adds after CUDA init")
     ap.add_argument("--ops", action="store_true", help="a stage per torch operation family a run uses")
     ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
+    ap.add_argument("--first-use", action="store_true",
+                    help="run the SLAM stage sequentially and charge RSS growth to each operation's first call")
     args = ap.parse_args(argv)
     st = Stages(args.top)
     mods: dict = {}
@@ -165,7 +233,18 @@ def main(argv=None) -> int:
                     "--set", f"data.last={args.frames}", "--set", "output.plots=false", "--quiet", "--out", out]
         if args.device:
             run_args += ["--set", f"system.device={args.device}"]
-        st.run(f"SLAM run ({args.frames} frames, outputs written)", lambda: run_slam(run_args))
+        if args.first_use:     # one thread: the dispatch mode holds on the thread it is entered on
+            run_args += ["--set", "system.threaded=false"]
+            watch = FirstUse()
+
+            def run_watched():
+                with watch:
+                    run_slam(run_args)
+
+            st.run(f"SLAM run ({args.frames} frames, sequential, first uses charged)", run_watched)
+            print(watch.report(st.rows[-1][2]))
+        else:
+            st.run(f"SLAM run ({args.frames} frames, outputs written)", lambda: run_slam(run_args))
         print(f"(run folder: {out})")
     with open("/proc/self/status") as f:
         hwm = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
