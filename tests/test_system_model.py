@@ -86,6 +86,8 @@ def test_host_work_is_wall_less_gpu_or_the_thread_cpu_if_larger():
     assert model.host_work({"host_ms": 3.0, "wall_ms": 10.0, "gpu_ms": 4.0}) == pytest.approx(6.0)
     assert model.host_work({"host_ms": 3.0, "wall_ms": 10.0, "gpu_ms": 4.0, "thread_cpu_ms": 7.5}) == pytest.approx(7.5)
     assert model.host_work({"host_ms": 3.0}) == pytest.approx(3.0)                  # no wall time measured
+    part = {"host_ms": 7.0, "wall_ms": 10.0, "gpu_ms": 4.0, "thread_cpu_ms": 9.0}
+    assert model.host_work(part) == 9.0 and model.host_work(part, floor="host_ms") == 7.0   # the tracker alone's floor
     assert model.host_work({"host_ms": 3.0, "wall_ms": 2.0, "gpu_ms": 4.0}) == 0.0
 
 

@@ -116,13 +116,14 @@ def tracking_part(profile: dict) -> dict:
     return profile.get("tracking", profile)
 
 
-def host_work(part: dict) -> float:
+def host_work(part: dict, floor: str = "thread_cpu_ms") -> float:
     """A thread's own host ms per unit on the profiled machine, the interpreter included: the
-    un-profiled wall ms less the GPU ms, or the thread CPU ms if larger; without a wall time the
-    profiler's host ms."""
+    un-profiled wall ms less the GPU ms, or ``part[floor]`` if larger (a thread in a run: its
+    thread CPU ms; the tracker alone: the profiler's host ms, as the thread's CPU also holds the
+    work around the tracker); without a wall time the profiler's host ms."""
     if "wall_ms" not in part:
         return part["host_ms"]
-    return max(part["wall_ms"] - part.get("gpu_ms", 0.0), part.get("thread_cpu_ms") or 0.0, 0.0)
+    return max(part["wall_ms"] - part.get("gpu_ms", 0.0), part.get(floor) or 0.0, 0.0)
 
 
 def project(profile: dict, ref: Machine, target: Machine) -> dict:
@@ -130,7 +131,7 @@ def project(profile: dict, ref: Machine, target: Machine) -> dict:
     the un-profiled wall time less the GPU time, or the profiler's host ms if larger."""
     part = tracking_part(profile)
     cpu_ratio, compute_ratio, bw_ratio = ratios(ref, target)
-    host = max(part.get("wall_ms", 0.0) - part.get("gpu_ms", 0.0), part["host_ms"]) * cpu_ratio
+    host = host_work(part, floor="host_ms") * cpu_ratio
     gpu = gpu_ms(part, compute_ratio, bw_ratio)
     frame = host + gpu
     return {"machine": target.name, "cpu_ratio": cpu_ratio, "compute_ratio": compute_ratio, "bw_ratio": bw_ratio,
