@@ -118,9 +118,10 @@ def test_the_check_compares_the_prediction_with_the_runs_median(tmp_path, capsys
     text, _ = jetson_projection.check(dict(prof, first_frame_ms=300.0), "h200", runs, 0.15)
     assert f"predicted {1e3 * 500 / (800.0 + 499 * 20.0):.1f}" in text and "start 0.80 s" in text
     assert "timeline" not in text                                          # runs from before the timeline
-    timed = [dict(r, timeline_s={"start": 0.6, "frames": 9.98, "end": 0.4}) for r in runs]
+    timed = [dict(r, timeline_s={"start": 0.6, "frames": 9.96, "end": 0.4}) for r in runs]
     text, _ = jetson_projection.check(prof, "h200", timed, 0.15)
-    assert "timeline s: runs start 0.60, frames 9.98 (20.00 ms a frame), end 0.40; model start 0.50" in text
+    assert ("timeline s: runs start 0.60 (to the second frame), frames 9.96 (20.00 ms a frame), end 0.40; "
+            "model start 0.52, frames 9.96 (20.00 ms a frame)") in text
     files = []
     for i, run in enumerate(runs[:1]):
         files.append(tmp_path / f"metrics{i}.json")

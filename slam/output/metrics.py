@@ -161,8 +161,9 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "tracking_waited_for_map_s": rec.map_wait_s,
         "tracking_waited_for_frames_s": rec.frame_wait_s,
         "tracking_waited_for_first_frame_s": rec.first_frame_wait_s,
-        # start (to the first frame's record) / frames (first record to last) / end (after the
-        # last, the final refinement left out): they add up to the time fps_system divides by
+        # start (to the second frame's record: the first keyframe mapped) / frames (to the last
+        # record) / end (after it, the final refinement left out): they add up to the time
+        # fps_system divides by (RunRecorder.timeline_s)
         "timeline_s": rec.timeline_s(),
         "per_tracked_frame": {
             "renders": float(np.mean([f.renders for f in frames])) if frames else None,

@@ -73,29 +73,31 @@ class RunRecorder:
                                  # (the source and the caller's thread behind; the first included)
     first_frame_wait_s: float = 0.0  # threaded: that wait for the first frame alone (the source's
                                      # opening, the first decode and upload)
-    first_frame_done: Optional[float] = None   # perf_counter when the first / latest frame's record
-    last_frame_done: Optional[float] = None    # was added (tracking thread): the run's timeline
+    # perf_counter when the second / the latest frame's record was added (tracking thread)
+    second_frame_done: Optional[float] = None
+    last_frame_done: Optional[float] = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_frame(self, rec: FrameRecord) -> None:
         now = time.perf_counter()
         with self._lock:
             self.frames.append(rec)
-            if self.first_frame_done is None:
-                self.first_frame_done = now
+            if len(self.frames) == 2:
+                self.second_frame_done = now
             self.last_frame_done = now
 
     def timeline_s(self) -> Optional[dict]:
-        """Where the run's wall time went, s: ``start`` (construction to the first frame's record:
-        the source's opening, the first frame's wait, upload and tracking), ``frames`` (the first
-        record to the last), ``end`` (the last record to the end, the final refinement left out:
-        the last keyframes' mapping, the loop stage's last work, the threads' ends). None before
-        any frame."""
-        if self.first_frame_done is None or self.last_frame_done is None:
+        """Where the run's wall time went, s: ``start`` (construction to the second frame's
+        record: the source's opening, the first frame's wait and tracking, the first keyframe's
+        mapping, which the tracker waits for, and the second frame), ``frames`` (that record to
+        the last: one frame fewer than the run's), ``end`` (the last record to the end, the final
+        refinement left out: the last keyframes' mapping, the loop stage's last work, the threads'
+        ends). They add up to the time ``fps_system`` divides by. None before a second frame."""
+        if self.second_frame_done is None or self.last_frame_done is None:
             return None
         end = self.finished if self.finished is not None else time.perf_counter()
-        return {"start": self.first_frame_done - self.started,
-                "frames": self.last_frame_done - self.first_frame_done,
+        return {"start": self.second_frame_done - self.started,
+                "frames": self.last_frame_done - self.second_frame_done,
                 "end": max(end - self.last_frame_done - self.refine_s, 0.0)}
 
     def add_mapping(self, report, rss_mb: float = float("nan"), store_mb: float = float("nan"),

@@ -111,11 +111,12 @@ def check(profile: dict, ref_key: str, runs: list, tolerance: float) -> tuple[st
              f"{median('tracking_waited_for_map_s'):.1f} s for the mapper, "
              f"{median('tracking_waited_for_frames_s'):.2f} s for frames ({median('tracking_waited_for_first_frame_s'):.2f} "
              "of it for the first: the model's first frame)"]
-    if all(m.get("timeline_s") for m in runs):
-        lines.append(f"  timeline s: runs start {median('start', 'timeline_s'):.2f}, frames "
-                     f"{median('frames', 'timeline_s'):.2f} ({1e3 * median('frames', 'timeline_s') / max(n - 1, 1):.2f} ms "
-                     f"a frame), end {median('end', 'timeline_s'):.2f}; model start {start_ms / 1e3:.2f}, frames "
-                     f"{(n - 1) * p['frame_ms'] / 1e3:.2f} ({p['frame_ms']:.2f} ms a frame), end none")
+    if all(m.get("timeline_s") for m in runs):   # the runs' start ends at the second frame's record
+        steady = median("frames", "timeline_s")
+        lines.append(f"  timeline s: runs start {median('start', 'timeline_s'):.2f} (to the second frame), frames "
+                     f"{steady:.2f} ({1e3 * steady / max(n - 2, 1):.2f} ms a frame), end {median('end', 'timeline_s'):.2f}; "
+                     f"model start {(start_ms + p['frame_ms']) / 1e3:.2f}, frames {(n - 2) * p['frame_ms'] / 1e3:.2f} "
+                     f"({p['frame_ms']:.2f} ms a frame), end none")
     return "\n".join(lines), ok
 
 
