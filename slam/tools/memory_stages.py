@@ -12,6 +12,10 @@ On CUDA the driver loads a kernel's module into host memory the first time any k
 costs host memory once: ``--ops`` runs the families a SLAM run uses, one stage each, in a fixed
 order (a family sharing a module with an earlier one shows ~0).
 
+``--first-use`` charges each torch operation's first call in a sequential run; entering its
+dispatch mode imports torch._dynamo (and so triton: ~50 MB in that stage, none of it a run's),
+so read the first calls' charges, not the stage's total.
+
 On a Jetson the CPU and the GPU share one DRAM, so every megabyte here is one the robot's other
 programs lose. Figures are MB (10^6 bytes) from /proc/self/smaps; Linux only.
 """
