@@ -25,6 +25,7 @@ import argparse
 import os
 import tempfile
 import time
+import traceback
 
 from slam.tools.gpu_memory_profile import _site
 from slam.tools.measure_device import smaps_breakdown
@@ -133,9 +134,15 @@ class FirstUse:
     is needed). ``rss`` (MB now) may be replaced in tests."""
 
     def __init__(self, rss=None) -> None:
+        # imported here, not at the top: the tool's first stage measures importing torch
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
 
-        self.rss = rss or _rss_now_mb
+        from slam.runtime.recorder import current_rss_mb
+
+        self.rss = rss or current_rss_mb
+        self._tensor, self._leaves = torch.Tensor, tree_leaves   # for every dispatched call
         self.seen: set = set()
         self.rows: list = []        # (MB, op, device and dtypes, call site)
         owner = self
@@ -147,12 +154,7 @@ class FirstUse:
         self.mode = _Mode()
 
     def _call(self, func, args, kwargs):
-        import traceback
-
-        import torch
-        from torch.utils._pytree import tree_leaves
-
-        tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        tensors = [a for a in self._leaves((args, kwargs)) if isinstance(a, self._tensor)]
         kinds = tuple(sorted({f"{t.device.type} {str(t.dtype).replace('torch.', '')}" for t in tensors}))
         key = (func.name(), kinds)
         if key in self.seen:
@@ -183,11 +185,6 @@ class FirstUse:
         lines.append(f"first uses: {charged:+.1f} MB over {len(rows)} operations ({len(self.seen)} seen); "
                      f"the rest of the stage's {total_mb:+.1f} MB grew outside them (allocations, other threads)")
         return "\n".join(lines)
-
-
-def _rss_now_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 def main(argv=None) -> int:
