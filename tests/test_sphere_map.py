@@ -174,3 +174,12 @@ def test_activate_without_gradients_makes_no_graph():
     with torch.no_grad():
         assert all(t.grad_fn is None for t in activate(rows.requires_grad_(True)))
 
+
+
+def test_mapper_refuses_a_render_backend_without_loss_and_adam_kernels():
+    from slam.config import MappingConfig, PrunerConfig
+    from slam.mapping.keyframes import KeyframeStore
+    from slam.mapping.mapper import Mapper
+    with pytest.raises(ValueError, match="gsplat"):
+        Mapper(MappingConfig(), PrunerConfig(), SphereMap(), KeyframeStore(4), backend="gsplat")
+    assert Mapper(MappingConfig(), PrunerConfig(), SphereMap(), KeyframeStore(4), backend="reference").backend == "reference"

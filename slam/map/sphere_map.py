@@ -195,7 +195,7 @@ class SphereMap:
         ``lr`` (8,) (on the map's device; the mapper builds it from its config: the map holds no
         tuning values); rows with zero grad and frozen rows stay put. ``rasterizer.adam_rows``
         (one kernel; its model has the formulas); ``backend``: the mapper's raster backend
-        (gsplat, which has no Adam, uses the compiled kernel).
+        ('auto' | 'cuda' | 'cpu' | 'reference').
 
         Bias correction is per row (a sphere added late has its own step count), so new spheres
         take full-size first steps while old ones keep their history.
@@ -204,8 +204,7 @@ class SphereMap:
         if n == n0:
             return
         rasterizer.adam_rows(self.params[n0:n], self.exp_avg[n0:n], self.exp_avg_sq[n0:n], self.steps[n0:n],
-                             grad[n0:n], lr, betas[0], betas[1], eps,
-                             backend="auto" if backend == "gsplat" else backend)
+                             grad[n0:n], lr, betas[0], betas[1], eps, backend=backend)
 
     @torch.no_grad()
     def move_anchored(self, corrections: dict) -> int:
