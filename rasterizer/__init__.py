@@ -80,14 +80,14 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ._ext import BACKENDS, resolve_backend
+from ._ext import BACKENDS, OP_BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 from .loss import RenderLoss, render_l1_loss
 
-__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "gauss_newton",
+__all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "OP_BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "render_l1_loss", "RenderLoss", "downsample",
            "depth_edge_mask", "unroll"]
 

@@ -175,7 +175,6 @@ def test_activate_without_gradients_makes_no_graph():
         assert all(t.grad_fn is None for t in activate(rows.requires_grad_(True)))
 
 
-
 def test_mapper_refuses_a_render_backend_without_loss_and_adam_kernels():
     from slam.config import MappingConfig, PrunerConfig
     from slam.mapping.keyframes import KeyframeStore

@@ -41,18 +41,14 @@ class MappingReport:
     pair_overflow: bool = False     # a step graph's render ran out of pair room (slam.mapping.step_graph)
 
 
-# The render backends a map step runs on: each has the loss and Adam kernels ('gsplat' has neither).
-MAPPER_BACKENDS = ("auto", "cuda", "cpu", "reference")
-
-
 class Mapper:
     """Grows and optimises the map on keyframes."""
 
     def __init__(self, cfg: MappingConfig, pruner_cfg: PrunerConfig, smap: SphereMap, store: KeyframeStore,
                  backend: str = "auto", seed: int = 0) -> None:
-        if backend not in MAPPER_BACKENDS:
+        if backend not in rasterizer.OP_BACKENDS:
             # the step needs the rasterizer's loss and Adam kernels (gsplat renders only)
-            raise ValueError(f"Mapper: backend must be one of {MAPPER_BACKENDS}, got {backend!r}")
+            raise ValueError(f"Mapper: backend must be one of {rasterizer.OP_BACKENDS}, got {backend!r}")
         self.cfg = cfg
         self.smap = smap
         self.store = store
