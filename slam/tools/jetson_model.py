@@ -57,6 +57,9 @@ the machine, and the profile stays one file from one machine):
   Python between those heavy calls holds the lock that the tracker and the mapper need after each
   GPU wait (H200, 7-Scenes: 65 FPS measured, 89 with both threads off, 100 predicted;
   ``system.switch_interval_ms`` shortens the wait; docs/JETSON.md). ``--check`` shows that gap.
+  With ``max_unmapped_keyframes`` 1 (the Jetson configs) it is the mapper's: beside the tracker
+  it took 46-47 ms a keyframe against 20-22 alone (H200, 2026-12-06), and the check predicted
+  1.67x the measured rate: that mode's projections overstate (docs/benchmarks.md#jetson-projection).
 """
 from __future__ import annotations
 
