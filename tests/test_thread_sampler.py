@@ -2,7 +2,7 @@
 import threading
 import time
 
-from slam.tools.thread_sampler import ThreadSampler, _where
+from slam.tools.thread_sampler import ThreadSampler, _functions, _where
 
 
 def _blocked_in_sleep(stop: threading.Event) -> None:
@@ -42,6 +42,27 @@ def test_a_thread_blocked_in_package_code_shows_that_line():
     worker.join()
     assert where.startswith("slam/runtime/channel.py:") and " get" in where
     assert inner == "wait"                            # threading.Condition.wait, outside the package
+    assert _functions(frame) == {"slam/runtime/channel.py get"}   # this test's frames are not the package's
+
+
+def test_inclusive_shares_count_a_package_function_anywhere_on_the_stack():
+    from slam.runtime.channel import Channel
+
+    ch = Channel(1)
+    worker = threading.Thread(target=ch.get, name="consumer")
+    worker.start()
+    sampler = ThreadSampler(0.002).start()
+    time.sleep(0.3)
+    sampler.stop()
+    ch.put(1)
+    worker.join()
+    n = sampler.samples["consumer"]
+    assert n >= 20
+    assert sampler.inclusive["consumer"]["slam/runtime/channel.py get"] >= 0.9 * n
+    report = sampler.report(3, functions=2)
+    assert "inclusive (the function anywhere on the stack):" in report
+    assert "slam/runtime/channel.py get" in report.split("inclusive")[1]
+    assert "anywhere on the stack" not in sampler.report(3)   # functions=0: lines only
 
 
 def test_the_tool_samples_a_short_run_of_the_sample(tmp_path, capsys, sample_run):
@@ -53,3 +74,4 @@ def test_the_tool_samples_a_short_run_of_the_sample(tmp_path, capsys, sample_run
     assert (tmp_path / "run" / "metrics.json").exists()
     for thread in ("tracking", "mapping", "caller (frames)"):
         assert f"\n{thread}: " in out, out[-2000:]
+    assert "inclusive (the function anywhere on the stack):" in out

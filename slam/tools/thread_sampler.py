@@ -13,7 +13,10 @@ interval, ``system.switch_interval_ms``).
     python -m slam.tools.thread_sampler --set data.last=60              # the bundled sample
 
 Prints, per thread (the run's: tracking, mapping, loop, grid, and the caller's, which reads and
-stages the frames), its samples and the ``--top`` lines by share of that thread's samples.
+stages the frames), its samples and the ``--top`` lines by share of that thread's samples, then
+the ``--functions`` package functions by inclusive share (the samples with the function anywhere
+on the thread's stack: a keyframe's densification against its steps, whatever lines they spend
+it on).
 """
 from __future__ import annotations
 
@@ -44,13 +47,28 @@ def _where(frame, depth: int = 2) -> tuple[str, str]:
     return " < ".join(ours) or "(outside the package)", frame.f_code.co_name
 
 
+def _functions(frame) -> set[str]:
+    """The package functions on a thread's stack (``"slam/mapping/mapper.py add_keyframe"``),
+    each once however often it recurs."""
+    found = set()
+    f = frame
+    while f is not None:
+        path = f.f_code.co_filename
+        if path.startswith(_ROOTS):
+            found.add(f"{os.path.relpath(path, _TOP)} {f.f_code.co_name}")
+        f = f.f_back
+    return found
+
+
 class ThreadSampler:
     """Samples every thread but itself every ``interval_s`` until ``stop()``; ``counts[name]``
-    is a Counter of ``_where`` pairs, ``samples[name]`` the samples taken of that thread."""
+    is a Counter of ``_where`` pairs, ``inclusive[name]`` one of ``_functions`` entries,
+    ``samples[name]`` the samples taken of that thread."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self.counts: dict[str, Counter] = defaultdict(Counter)
+        self.inclusive: dict[str, Counter] = defaultdict(Counter)
         self.samples: Counter = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -72,15 +90,21 @@ class ThreadSampler:
                     continue
                 name = names.get(ident, f"thread {ident}")
                 self.counts[name][_where(frame)] += 1
+                self.inclusive[name].update(_functions(frame))
                 self.samples[name] += 1
 
-    def report(self, top: int) -> str:
-        """Per thread: its samples, then its ``top`` lines by share (%, package line, innermost call)."""
+    def report(self, top: int, functions: int = 0) -> str:
+        """Per thread: its samples, its ``top`` lines by share (%, package line, innermost call),
+        then its ``functions`` package functions by inclusive share."""
         lines = []
         for name, n in self.samples.most_common():
             lines.append(f"{name}: {n} samples")
             for (ours, inner), c in self.counts[name].most_common(top):
                 lines.append(f"  {100.0 * c / n:5.1f} %  {ours}  [{inner}]")
+            if functions > 0 and self.inclusive[name]:
+                lines.append("  inclusive (the function anywhere on the stack):")
+                for func, c in self.inclusive[name].most_common(functions):
+                    lines.append(f"  {100.0 * c / n:5.1f} %  {func}")
         return "\n".join(lines)
 
 
@@ -91,10 +115,14 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--interval-ms", type=float, default=2.0, help="time between samples (default 2)")
     ap.add_argument("--top", type=int, default=12, help="lines listed per thread")
+    ap.add_argument("--functions", type=int, default=12,
+                    help="package functions listed per thread by inclusive share (0: none)")
     ap.add_argument("--out", default=None, help="the run's folder (default: a temporary one)")
     args = ap.parse_args(argv)
     if args.interval_ms <= 0:
         ap.error("--interval-ms must be > 0")
+    if args.functions < 0:
+        ap.error("--functions must be >= 0")
     from slam.cli import main as run_slam
     out = args.out or tempfile.mkdtemp(prefix="thread_sampler_")
     run_args = ["--config", args.config, *sum((["--set", s] for s in args.set), []),
@@ -110,7 +138,7 @@ def main(argv=None) -> int:
         caller.name = name
     print(f"run: {time.perf_counter() - t0:.1f} s, exit {code}, folder {out}; "
           f"one sample every {args.interval_ms:g} ms")
-    print(sampler.report(args.top))
+    print(sampler.report(args.top, args.functions))
     return code
 
 
