@@ -151,3 +151,10 @@ def test_a_tracker_that_waits_for_each_keyframe_adds_the_mapping_to_its_frames()
     assert p["fps"] == pytest.approx(1e3 / (2.0 + 0.2 * 100.0))
     ahead = model.project_system(dict(prof, max_unmapped_keyframes=1), H200, H200)
     assert ahead["fps"] == pytest.approx(1e3 / (0.2 * 100.0)) and ahead["fps"] > p["fps"]
+
+
+def test_a_profile_that_tracks_ahead_of_the_map_prints_its_rows_as_upper_bounds():
+    prof = dict(_profile(_tracking(host=0.5, wall=2.0), _mapping(100.0, raster=60.0), 0.2), max_unmapped_keyframes=1)
+    assert jetson_projection.AHEAD_NOTE in jetson_projection.system_table(prof, "h200", False)
+    turns = jetson_projection.system_table(dict(prof, max_unmapped_keyframes=0), "h200", False)
+    assert "upper bounds" not in turns

@@ -47,6 +47,13 @@ def table(profile: dict, ref_key: str, nano_super: bool) -> str:
     return "\n".join(lines)
 
 
+# Printed under a system table of a profile that tracks keyframes ahead of the map (the Jetson configs).
+AHEAD_NOTE = ("note: the tracker runs ahead of the map (system.max_unmapped_keyframes >= 1): the model leaves out "
+              "the mapper's slowdown beside the tracker (on an H200 its keyframes took twice their time alone and "
+              "--check measured well under the prediction: docs/benchmarks.md#jetson-projection); read these "
+              "system rows as upper bounds")
+
+
 def _load(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -72,6 +79,8 @@ def system_table(profile: dict, ref_key: str, nano_super: bool) -> str:
                      + " / ".join(f"{v:.1f}" for v in t.values()) + f" | **{p['fps']:.1f}** ({p['bound']}) | "
                      f"{p['fps_sequential']:.1f} | "
                      f"{_load(p['loop_load'])} / {_load(p['grid_load'])} |")
+    if profile.get("max_unmapped_keyframes", 1) != 0:
+        lines += ["", AHEAD_NOTE]
     return "\n".join(lines)
 
 
