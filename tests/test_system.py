@@ -204,6 +204,28 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
         assert max(lags) > 1
 
 
+@pytest.mark.parametrize("bound", [0, 1, 2])
+def test_the_sequential_runner_tracks_exactly_the_bound_behind_the_map(sample_run, bound):
+    """``system.threaded: false`` with ``system.max_unmapped_keyframes`` N: the threaded runner's
+    case of a slow mapper, deterministic: every frame is tracked against a map missing at most N
+    of the keyframes already made, and once N keyframes wait, exactly N."""
+    cfg = sample_run.cfg(30, "system.threaded=false", "mapping.iters=2", "mapping.final_iters=0",
+                         "loop.enabled=false", f"system.max_unmapped_keyframes={bound}")
+    system = SlamSystem(cfg)
+    lags = []
+
+    def lag(frame, rec, snap):
+        if snap is not None:
+            handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
+            lags.append(handed - max(snap.keyframe_poses))
+
+    system.frame_hooks.append(lag)
+    system.run(open_source(cfg.data))
+    assert max(lags) == bound and lags[-1] == bound, lags
+    made = sum(1 for r in system.recorder.frames if r.keyframe)
+    assert len(system.recorder.mapping) == made   # end of input maps the ones left
+
+
 def test_the_tracker_s_wait_for_frames_is_reported(sample_run):
     """A source slower than the tracker (0.4 s a frame; the caller's thread reads it): the
     tracking thread's time blocked on its next frame is counted (metrics.json

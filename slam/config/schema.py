@@ -357,7 +357,9 @@ class SystemConfig:
                                     # generated loop's snap is found (1.45 vs 2.13 cm); with 4 the
                                     # tracker lost accuracy on maps 5 keyframes stale
                                     # (docs/benchmarks.md#why-the-defaults-are-what-they-are). The
-                                    # Jetson configs keep 1: there the mapper is the slower thread
+                                    # Jetson configs keep 1: there the mapper is the slower thread.
+                                    # Sequential (threaded: false): each keyframe is mapped this
+                                    # many keyframes late, the threaded worst case (deterministic)
     slow_stream_interval_s: float = 0.1  # s: a stream whose usual frame interval is longer is slow:
                                     # a large predicted motion searches features before the
                                     # refinement, and (threaded) each keyframe is mapped before the

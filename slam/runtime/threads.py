@@ -16,6 +16,7 @@ import logging
 import sys
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -58,23 +59,39 @@ def input_error_reason(exc: Exception, frames_done: int) -> str:
     return f"input error after {frames_done} frames: {type(exc).__name__}: {exc}"
 
 
+def _map_in_order(system, kf) -> None:
+    """Map ``kf``, then give its loop message to the loop stage (sequential order)."""
+    system.map_keyframe(kf)
+    message = system.loop_message(kf)
+    if message is not None:
+        system.loop_step(message)
+
+
 def run_sequential(system, frames: Iterable, progress: Progress) -> None:
-    """Track each frame, map its keyframe at once, refine at the end: one thread, fixed order.
-    A source error ends the input: the map is refined, then the error is re-raised."""
+    """Track each frame, map its keyframe, refine at the end: one thread, fixed order. With
+    ``system.max_unmapped_keyframes`` N > 0 a keyframe is mapped only when N newer ones wait
+    (the threaded runner's case of a mapper slower than the tracker, as on a Jetson: the
+    tracker then tracks against a map N keyframes old); as the threaded runner does, the ones
+    waiting are mapped at once while there is no map yet and in a slow stream
+    (``SlamSystem.slow_stream``); end of input maps the ones left. A source error ends the
+    input: the keyframes left are mapped, the map is refined, then the error is re-raised."""
+    ahead = system.cfg.system.max_unmapped_keyframes
+    pending: deque = deque()
     source_error: Optional[Exception] = None
     try:
         try:
             for frame in read_frames(frames):
                 rec, kf = system.track_frame(frame)
                 if kf is not None:
-                    system.map_keyframe(kf)
-                    message = system.loop_message(kf)
-                    if message is not None:
-                        system.loop_step(message)
+                    pending.append(kf)
+                while pending and (len(pending) > ahead or system.slow_stream() or system.latest_map() is None):
+                    _map_in_order(system, pending.popleft())
                 if progress:
                     progress(rec)
         except SourceFailed as failed:
             source_error = failed.error
+        while pending:
+            _map_in_order(system, pending.popleft())
         system.finish_map()
     except KeyboardInterrupt:
         system.recorder.finish("interrupted (Ctrl-C)")
