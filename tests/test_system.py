@@ -177,6 +177,20 @@ def test_cli_bad_config_and_missing_data_exit_2(tmp_path):
     assert missing.returncode == 2 and "nope" in missing.stderr
 
 
+def _map_lags(system) -> list:
+    """A list that fills, per frame tracked against a map, with how many of the keyframes handed
+    over before that frame the map lacked (a frame hook of ``system``)."""
+    lags = []
+
+    def lag(frame, rec, snap):
+        if snap is not None:   # the first frame has no map yet
+            handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
+            lags.append(handed - max(snap.keyframe_poses))
+
+    system.frame_hooks.append(lag)
+    return lags
+
+
 @pytest.mark.parametrize("bound", [0, 1, 3])
 def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bound):
     """A slow mapper (a keyframe hook that sleeps, on the mapping thread): every frame is tracked
@@ -186,15 +200,7 @@ def test_tracker_never_runs_more_than_the_bound_ahead_of_the_map(sample_run, bou
     cfg = sample_run.cfg(30, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
                          f"system.max_unmapped_keyframes={bound}")
     system = SlamSystem(cfg)
-    lags = []
-
-    def lag(frame, rec, snap):
-        if snap is None:
-            return   # the first frame: no map yet
-        handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
-        lags.append(handed - max(snap.keyframe_poses))
-
-    system.frame_hooks.append(lag)
+    lags = _map_lags(system)
     system.keyframe_hooks.append(lambda report: time.sleep(1.5))   # slower than 5 tracked frames
     system.run(open_source(cfg.data))
     assert max(lags) <= bound
@@ -212,14 +218,7 @@ def test_the_sequential_runner_tracks_exactly_the_bound_behind_the_map(sample_ru
     cfg = sample_run.cfg(30, "system.threaded=false", "mapping.iters=2", "mapping.final_iters=0",
                          "loop.enabled=false", f"system.max_unmapped_keyframes={bound}")
     system = SlamSystem(cfg)
-    lags = []
-
-    def lag(frame, rec, snap):
-        if snap is not None:
-            handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
-            lags.append(handed - max(snap.keyframe_poses))
-
-    system.frame_hooks.append(lag)
+    lags = _map_lags(system)
     system.run(open_source(cfg.data))
     assert max(lags) == bound and lags[-1] == bound, lags
     made = sum(1 for r in system.recorder.frames if r.keyframe)
@@ -267,14 +266,7 @@ def test_in_a_slow_stream_each_keyframe_is_mapped_before_the_next_frame(sample_r
     cfg = sample_run.cfg(16, "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
                          f"system.slow_stream_interval_s={interval}", "system.max_unmapped_keyframes=1")
     system = SlamSystem(cfg)
-    lags = []
-
-    def lag(frame, rec, snap):
-        if snap is not None:
-            handed = rec.keyframe_id - 1 if rec.keyframe else rec.keyframe_id   # before this frame's own
-            lags.append(handed - max(snap.keyframe_poses))
-
-    system.frame_hooks.append(lag)
+    lags = _map_lags(system)
     system.keyframe_hooks.append(lambda report: time.sleep(0.5))
     system.run(open_source(cfg.data))
     assert system.slow_stream() == slow
