@@ -148,6 +148,12 @@ def thread_ms(part: dict, cpu_ratio: float, compute_ratio: float, bw_ratio: floa
     return h, g, h + g
 
 
+def tracks_ahead(profile: dict) -> bool:
+    """Whether the profiled run let the tracker run keyframes ahead of the map (its
+    ``max_unmapped_keyframes`` above 0; 1 when the profile does not say)."""
+    return profile.get("max_unmapped_keyframes", 1) != 0
+
+
 def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dict]:
     """The whole system on ``target`` (the module's model), per input frame: ``terms`` (tracking,
     lock, GPU ms), ``frame_ms``, ``fps``, ``bound`` (the binding term), ``fps_tracking`` (the
@@ -163,7 +169,7 @@ def project_system(profile: dict, ref: Machine, target: Machine) -> Optional[dic
     g_loop = gpu_ms(loop or {}, *ratio[1:])
     loop_ms = ((loop or {}).get("cpu_ms") or 0.0) * ratio[0] + g_loop
     grid_ms = ((grid or {}).get("cpu_ms") or 0.0) * ratio[0]
-    if profile.get("max_unmapped_keyframes", 1) == 0:     # each keyframe mapped before the next frame
+    if not tracks_ahead(profile):     # each keyframe mapped before the next frame
         terms = {"tracking+mapping": t_t + r * map_ms}
     else:
         terms = {"tracking": t_t, "mapper": r * map_ms}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from slam.tools import jetson_model
-from slam.tools.jetson_model import MACHINES, NANO_SUPER, host_work, project, project_system, tracking_part
+from slam.tools.jetson_model import MACHINES, NANO_SUPER, host_work, project, project_system, tracking_part, tracks_ahead
 
 
 def targets(ref_key: str, nano_super: bool) -> list:
@@ -79,7 +79,7 @@ def system_table(profile: dict, ref_key: str, nano_super: bool) -> str:
                      + " / ".join(f"{v:.1f}" for v in t.values()) + f" | **{p['fps']:.1f}** ({p['bound']}) | "
                      f"{p['fps_sequential']:.1f} | "
                      f"{_load(p['loop_load'])} / {_load(p['grid_load'])} |")
-    if profile.get("max_unmapped_keyframes", 1) != 0:
+    if tracks_ahead(profile):
         lines += ["", AHEAD_NOTE]
     return "\n".join(lines)
 

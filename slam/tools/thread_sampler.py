@@ -27,37 +27,36 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from itertools import islice
 
 # The package's own source folders: a frame in these is "ours" (the line the thread is on).
 _TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ROOTS = tuple(os.path.join(_TOP, d) + os.sep for d in ("slam", "rasterizer"))
 
 
+def _package_frames(frame):
+    """The package's frames on a thread's stack from ``frame`` outwards: (path relative to the
+    checkout, frame), innermost first."""
+    f = frame
+    while f is not None:
+        path = f.f_code.co_filename
+        if path.startswith(_ROOTS):
+            yield os.path.relpath(path, _TOP), f
+        f = f.f_back
+
+
 def _where(frame, depth: int = 2) -> tuple[str, str]:
     """(the innermost ``depth`` lines of the package's code, innermost first, and the innermost
     call of all) of a thread's ``frame``: ``"slam/runtime/channel.py:59 get < slam/runtime/
     threads.py:140 tracking_loop"``, ``"wait"``."""
-    ours = []
-    f = frame
-    while f is not None and len(ours) < depth:
-        path = f.f_code.co_filename
-        if path.startswith(_ROOTS):
-            ours.append(f"{os.path.relpath(path, _TOP)}:{f.f_lineno} {f.f_code.co_name}")
-        f = f.f_back
+    ours = [f"{path}:{f.f_lineno} {f.f_code.co_name}" for path, f in islice(_package_frames(frame), depth)]
     return " < ".join(ours) or "(outside the package)", frame.f_code.co_name
 
 
 def _functions(frame) -> set[str]:
     """The package functions on a thread's stack (``"slam/mapping/mapper.py add_keyframe"``),
     each once however often it recurs."""
-    found = set()
-    f = frame
-    while f is not None:
-        path = f.f_code.co_filename
-        if path.startswith(_ROOTS):
-            found.add(f"{os.path.relpath(path, _TOP)} {f.f_code.co_name}")
-        f = f.f_back
-    return found
+    return {f"{path} {f.f_code.co_name}" for path, f in _package_frames(frame)}
 
 
 class ThreadSampler:
