@@ -1,6 +1,6 @@
 """Capturing a CUDA graph while other threads keep the GPU busy: the one capture path of the
 tracker's frame graphs (``slam.tracking.fused``) and the mapper's step graph
-(``slam.mapping.step_graph``).
+(``slam.mapping.step_graph``), and the sphere slots both pad a growing map to (``padded_slots``).
 
 ``torch.cuda.graph`` synchronises the whole device and empties the allocator's cache before it
 captures. Both are illegal while another thread's capture is under way (CUDA refuses a device
@@ -36,3 +36,15 @@ def capture(fn: Callable[[], T], stream: torch.cuda.Stream,
             graph.capture_end()
     current.wait_stream(stream)
     return graph, out
+
+
+def padded_slots(n: int) -> int:
+    """Sphere slots a graph over a map of ``n`` spheres is captured for: the next of 2^k x (1, 1.25,
+    1.5, 1.75), at least 1024, so a growing map re-captures a few times per doubling (the slots
+    past ``n`` hold inert padding: NaN centres, culled by every render)."""
+    size = 1024
+    while True:
+        for step in (4, 5, 6, 7):
+            if size * step // 4 >= n:
+                return size * step // 4
+        size *= 2

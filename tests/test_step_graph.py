@@ -31,7 +31,8 @@ def test_the_graph_maps_as_the_queued_kernels_do(sample_run):
     g = graphed.mapper.graph
     assert queued.mapper.graph is None
     keyframes = sum(1 for r in graphed.recorder.frames if r.keyframe)
-    assert g.captures >= keyframes - 1 >= 5      # every keyframe but the first, and the refinement
+    assert g.runs >= keyframes - 1 >= 5          # every keyframe but the first, and the refinement ...
+    assert 1 <= g.captures < g.runs               # ... replaying graphs captured for padded rows
     assert g.overflows == 0 and not any(m.pair_overflow for m in graphed.recorder.mapping)
     a, b = _map_loss(graphed), _map_loss(queued)
     assert a <= 1.1 * b, (a, b)
@@ -94,3 +95,83 @@ def test_host_sets_hold_each_keyframe_of_a_run_within_their_limit():
 @cuda
 def test_pinned_keyframes_hold_each_keyframe_of_a_run_within_their_limit():
     _hold_each_keyframe_of_a_run(pin=True)
+
+
+def _mapper_and_view(device, n=300):
+    """A mapper over ``n`` spheres 1.5-2.5 m in front of the camera and a 40x30 keyframe view of
+    random colours on a 2 m plane (a step has real gradients)."""
+    import rasterizer  # noqa: F401  (the ops)
+    from slam.config import MappingConfig, PrunerConfig
+    from slam.map.keyframes import KeyframeView
+    from slam.map.sphere_map import SphereMap
+    from slam.mapping.keyframes import KeyframeStore
+    from slam.mapping.mapper import Mapper
+
+    g = torch.Generator().manual_seed(3)
+    smap = SphereMap(device, chunk=256)
+    means = torch.rand(n, 3, generator=g) * torch.tensor([1.6, 1.2, 1.0]) - torch.tensor([0.8, 0.6, -1.5])
+    smap.add(means, 0.03 + 0.02 * torch.rand(n, generator=g), torch.rand(n, 3, generator=g) * 0.8 + 0.1,
+             torch.full((n,), 0.6))
+    mapper = Mapper(MappingConfig(cuda_graph=False), PrunerConfig(), smap, KeyframeStore(10), backend="auto")
+    color = torch.randint(0, 256, (30, 40, 3), dtype=torch.uint8, generator=g).to(device)
+    depth = torch.full((30, 40), 2.0, dtype=torch.float16).to(device)
+    K = torch.tensor([[40.0, 0, 19.5], [0, 40.0, 14.5], [0, 0, 1]])
+    return mapper, KeyframeView.derive(color, depth, K, torch.eye(4, device=device))
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_a_step_over_padded_rows_is_the_step_over_the_live_rows(device):
+    """The step graph's rows are the map's padded to a slot count (``SphereMap.padded_rows``):
+    the padding (NaN centres) is culled, gets zero gradients and stays put, and the live rows,
+    their Adam state and statistics come out as a step over the live rows alone gives them."""
+    import rasterizer
+    from slam.cuda_graphs import padded_slots
+
+    (live_mapper, view), (padded_mapper, _) = _mapper_and_view(device), _mapper_and_view(device)
+    live, padded = live_mapper.smap, padded_mapper.smap
+    n, slots = live.n, padded_slots(live.n)
+    assert slots > n and padded.capacity < slots
+    rows = padded.padded_rows(slots)
+    assert rows.shape[0] == slots and padded.capacity >= slots and torch.isnan(rows[n:, :3]).all()
+    stats_live, stats_padded = rasterizer.SphereStats(n, device), rasterizer.SphereStats(slots, device)
+    for _ in range(3):
+        a = live_mapper._update(view, stats_live, live.active().detach().requires_grad_(True))
+        b = padded_mapper._update(view, stats_padded, padded.padded_rows(slots).detach().requires_grad_(True))
+        assert torch.equal(a, b)
+    for name in ("params", "exp_avg", "exp_avg_sq", "steps"):
+        assert torch.equal(getattr(live, name)[:n], getattr(padded, name)[:n]), name
+    assert not torch.equal(live.params[:n], _mapper_and_view(device)[0].smap.params[:n])   # the steps moved it
+    assert torch.isnan(padded.params[n:slots, :3]).all() and (padded.exp_avg[n:slots] == 0).all()
+    for name in ("weight_sum", "error_sum", "count"):
+        mine, theirs = getattr(stats_padded, name), getattr(stats_live, name)
+        assert torch.equal(mine[:n], theirs) and (mine[n:] == 0).all() and theirs.sum() > 0, name
+    with pytest.raises(ValueError, match="rows"):
+        live.adam_step(torch.zeros(n - 1, 8, device=device), live_mapper.lr)
+
+
+@cuda
+def test_the_step_graph_is_kept_while_the_map_fits_its_slots():
+    """Three runs of steps on one keyframe size: the map grows between them within its slots (one
+    capture, then replays), then past them (a second capture); each run maps as queued kernels do."""
+    from slam.cuda_graphs import padded_slots
+    from slam.map.keyframes import Keyframe
+    from slam.mapping.step_graph import StepGraph
+
+    mapper, view = _mapper_and_view("cuda")
+    queued, _ = _mapper_and_view("cuda")
+    mapper.graph = StepGraph(torch.device("cuda"))
+    color, depth = view.color.cpu().numpy(), view.depth.cpu().numpy()
+    kfs = [Keyframe(i, float(i), np.eye(4), color, depth, view.K.numpy().astype(np.float64), kf_id=i) for i in range(5)]
+    mapper._steps(kfs[:1], None)                        # queued (no pair count yet): the count is read
+    queued._steps(kfs[:1], None)
+    g = torch.Generator().manual_seed(5)
+    for grow in (10, 10, padded_slots(mapper.smap.n) - mapper.smap.n + 1):
+        for m in (mapper, queued):
+            g.manual_seed(grow)
+            means = torch.rand(grow, 3, generator=g) * 0.5 + torch.tensor([-0.25, -0.25, 1.8])
+            m.smap.add(means, torch.full((grow,), 0.03), torch.full((grow, 3), 0.5), torch.full((grow,), 0.6))
+        loss_graph, overflow = mapper._steps(kfs, None)
+        loss_queued, _ = queued._steps(kfs, None)
+        assert not overflow and loss_graph == pytest.approx(loss_queued, rel=1e-3, abs=1e-6)
+        assert torch.allclose(mapper.smap.active(), queued.smap.active(), rtol=1e-3, atol=1e-5)
+    assert mapper.graph.runs == 3 and mapper.graph.captures == 2

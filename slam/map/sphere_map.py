@@ -115,6 +115,16 @@ class SphereMap:
         """(N, 8) view of the live rows of ``params``."""
         return self.params[: self.n]
 
+    def padded_rows(self, slots: int) -> torch.Tensor:
+        """(S, 8) view of ``params``' first S = min(``slots``, budget) >= N rows: the live rows, then
+        inert padding (NaN centres: every render culls them; their gradients are zero, so Adam leaves
+        them as they are): a graph captured over these rows serves the map while N stays within S
+        (``slam.mapping.step_graph``). Grows the capacity to S when needed (a new ``params``)."""
+        slots = max(min(int(slots), self.budget), self.n)
+        self._grow(slots)
+        self.params[self.n:slots, MEANS] = float("nan")
+        return self.params[:slots]
+
     def activated(self, rows: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
         """``activate`` of ``rows`` (default: the live params)."""
         return activate(self.active() if rows is None else rows)
@@ -195,12 +205,15 @@ class SphereMap:
         ``lr`` (8,) (on the map's device; the mapper builds it from its config: the map holds no
         tuning values); rows with zero grad and frozen rows stay put. ``rasterizer.adam_rows``
         (one kernel; its model has the formulas); ``backend``: the mapper's raster backend
-        ('auto' | 'cuda' | 'cpu' | 'reference').
+        ('auto' | 'cuda' | 'cpu' | 'reference'). ``grad`` may also be (S, 8) for the
+        ``padded_rows(S)`` (the padding's zero rows change nothing).
 
         Bias correction is per row (a sphere added late has its own step count), so new spheres
         take full-size first steps while old ones keep their history.
         """
-        n0, n = self.frozen, self.n
+        n0, n = self.frozen, int(grad.shape[0])
+        if not self.n <= n <= self.capacity:
+            raise ValueError(f"adam_step: a gradient of {n} rows for {self.n} spheres (capacity {self.capacity})")
         if n == n0:
             return
         rasterizer.adam_rows(self.params[n0:n], self.exp_avg[n0:n], self.exp_avg_sq[n0:n], self.steps[n0:n],

@@ -13,6 +13,7 @@ import torch
 
 import rasterizer
 from slam.config import MappingConfig, PrunerConfig
+from slam.cuda_graphs import padded_slots
 from slam.geometry import correction, invert, motion_size, orthonormalize, transform_points
 from slam.map.keyframes import Keyframe, KeyframeView
 from slam.map.render import render_spheres
@@ -70,6 +71,7 @@ class Mapper:
         self._inbox_lock = threading.Lock()
         # The step as one CUDA graph per keyframe (CUDA, mapping.cuda_graph); None: queued kernels.
         self.graph = StepGraph(smap.device) if cfg.cuda_graph and smap.device.type == "cuda" else None
+        self.slots = 0                            # the map's rows padded to this many for the graph
 
     # ------------------------------------------------------------------ gauge and corrections
     def fix_keyframes(self, keyframes: list[Keyframe]) -> None:
@@ -221,10 +223,15 @@ class Mapper:
         the device)."""
         if not self.smap.n or not keyframes:
             return float("nan"), False
-        rows = self.smap.active().detach().requires_grad_(True)
         graph = self.graph
         if graph is not None and not self.poses.enabled and graph.usable(keyframes):
-            return graph.run(keyframes, rows, stats, self._update)
+            # over padded rows, so that the graph serves the next keyframes too, until the map
+            # outgrows its slots (never fewer slots: a map pruned below a step and grown back
+            # would capture again each time)
+            self.slots = max(self.slots, padded_slots(self.smap.n))
+            rows = self.smap.padded_rows(self.slots).detach().requires_grad_(True)
+            return graph.run(keyframes, rows, stats, self._update, fixed=(self.smap.frozen,))
+        rows = self.smap.active().detach().requires_grad_(True)
         device = self.smap.device
         room = graph.room if graph is not None else None
         loss = torch.zeros((), device=device)

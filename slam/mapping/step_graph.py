@@ -3,20 +3,22 @@
 One step (``Mapper._update``: render the live spheres from a keyframe, the L1 loss, its backward,
 the Adam update of the rows) is about a hundred small GPU operations and, queued one by one from
 Python, about 2.5 ms of host time against 0.35 ms of GPU time on an H200 (7-Scenes, 48k spheres,
-320x240): the mapper was host-bound. Here the step is captured once per keyframe, when the sphere
-count is fixed for that keyframe's iterations, over static inputs: the keyframe's compact images
-and pose (copied in before each replay) and a leaf view of the live rows (the map's own memory, so
-each replay reads the rows the last one updated). Per step the host then queues three copies and
-one graph launch. The copies come from page-locked host buffers (``PinnedKeyframes``): a copy
-from pageable memory waits for the stream, i.e. for the replay before it, and made the host wait
-out every step (H200, 7-Scenes: a quarter of the mapping thread's time).
+320x240): the mapper was host-bound. Here the step is captured over static inputs: the keyframe's
+compact images and pose (copied in before each replay) and a leaf view of the map's rows padded to
+a slot count (``SphereMap.padded_rows``: the map's own memory, so each replay reads the rows the
+last one updated; the padding's NaN centres are culled). The graph is kept while the map fits its
+slots (a capture, ~one step of host time, then comes a few times per doubling of the map, not at
+every keyframe). Per step the host then queues three copies and one graph launch. The copies come
+from page-locked host buffers (``PinnedKeyframes``): a copy from pageable memory waits for the
+stream, i.e. for the replay before it, and made the host wait out every step (H200, 7-Scenes: a
+quarter of the mapping thread's time).
 
 The render inside the graph cannot wait for the binning's pair count, so it bins with room for
 ``capacity`` pairs (``rasterizer.PairRoom``): the most pairs any render of this mapper has needed,
 times ``HEADROOM``. The room is read once per keyframe, after its steps. A step that overflowed
 rendered some tiles without their farthest spheres; by then the spheres have moved on, so the
 steps are not redone: the overflow is counted (``MappingReport.pair_overflow``, metrics.json
-``mapping_pair_overflows``) and the next keyframe captures with room for what was seen.
+``mapping_pair_overflows``) and the next keyframe captures again with room for what was seen.
 
 Not captured (the step runs as queued kernels): keyframe pose refinement (``mapping.refine_poses``:
 its Adam runs on the host), keyframes of another size or camera than the first step's, CPU.
@@ -119,14 +121,18 @@ class StepGraph:
         self.device = device
         self.room = rasterizer.PairRoom(device)      # exact binning until a count is known
         self.capacity: Optional[int] = None
-        self.graph: Optional[torch.cuda.CUDAGraph] = None   # the last captured: its memory pool is
-                                                    # shared by the next capture (kept alive until then)
+        self.graph: Optional[torch.cuda.CUDAGraph] = None   # the last captured: replayed while its
+                                                    # key holds; its memory pool is shared by the next capture
+        self.graph_key = None                        # what it was captured for (``run``)
+        self.loss: Optional[torch.Tensor] = None     # its step's loss (rewritten by each replay)
+        self.stats: Optional[rasterizer.SphereStats] = None   # its statistics, over the padded rows
         self.stream = torch.cuda.Stream(device)      # captures run here (slam.cuda_graphs)
         self.images: Optional[tuple] = None          # static (color uint8, depth float16, T_cw; K on the host)
         self.key = None                              # (image shape, K) of the static images
         self.pinned: Optional[PinnedKeyframes] = None   # page-locked keyframes of that size
         self.most = 0                                # most pairs seen (host copy)
         self.captures = 0
+        self.runs = 0                                # runs of steps (keyframes, refinements)
         self.overflows = 0
 
     def usable(self, keyframes: list[Keyframe]) -> bool:
@@ -141,24 +147,40 @@ class StepGraph:
         return all(k.color.shape == kf0.color.shape and np.array_equal(k.K, kf0.K) for k in keyframes)
 
     def run(self, keyframes: list[Keyframe], rows: torch.Tensor, stats,
-            update: Callable[[KeyframeView, object, torch.Tensor, object], torch.Tensor]) -> tuple[float, bool]:
+            update: Callable[[KeyframeView, object, torch.Tensor, object], torch.Tensor],
+            fixed: tuple = ()) -> tuple[float, bool]:
         """One step per keyframe of ``keyframes`` (in order) through a graph of
-        ``update(view, stats, rows, room) -> loss`` captured here; ``rows``: the (N, 8) leaf of the
-        live rows that ``update`` differentiates and steps. Returns (the last step's loss, whether
-        any step overflowed its pair room). Two host waits: the loss and the room."""
+        ``update(view, stats, rows, room) -> loss``; ``rows``: the (S, 8) leaf of the map's padded
+        rows (``SphereMap.padded_rows``) that ``update`` differentiates and steps; ``stats``: the
+        caller's ``rasterizer.SphereStats`` of the N live spheres, or None; ``fixed``: whatever
+        else the captured step depends on (the map's frozen rows). The graph is captured again only
+        when the rows' memory or count, the pair room, the images' size and camera, ``fixed`` or
+        whether there are statistics change; otherwise the last one replays. Returns (the last
+        step's loss, whether any step overflowed its pair room). Two host waits: the loss and the
+        room."""
         self.capacity = max(self.capacity or 0, int(math.ceil(HEADROOM * self.most / ROOM_STEP)) * ROOM_STEP)
         self.room.capacity = self.capacity
         try:
             self._allocate(keyframes[0])
-            graph, loss = self._capture(rows, stats, update)
+            key = (rows.data_ptr(), rows.shape[0], self.capacity, self.key, stats is not None, fixed)
+            if key != self.graph_key:
+                self._capture(rows, stats is not None, update)
+                self.graph_key = key
+            if self.stats is not None:
+                self.stats.zero_()
             self.pinned.start_run()
             for kf in keyframes:
                 self._load(self.pinned.get(kf))
-                graph.replay()
-            value = float(loss)
+                self.graph.replay()
+            value = float(self.loss)
         finally:
             self.room.capacity = None        # renders outside the graph bin exactly
-        self.captures += 1
+        self.runs += 1
+        if stats is not None:                # the live spheres' sums (the padding's are zero)
+            n = stats.weight_sum.shape[0]
+            for mine, theirs in ((self.stats.weight_sum, stats.weight_sum), (self.stats.error_sum, stats.error_sum),
+                                 (self.stats.count, stats.count)):
+                theirs.copy_(mine[:n])
         self.most, overflowed = self.room.read()
         if overflowed:
             self.overflows += 1
@@ -186,11 +208,12 @@ class StepGraph:
         entry.copied = torch.cuda.Event()
         entry.copied.record()
 
-    def _capture(self, rows, stats, update):
-        """Capture ``update`` over the static inputs (sharing the last graph's memory pool, which
-        is then freed); -> (graph, loss)."""
+    def _capture(self, rows: torch.Tensor, with_stats: bool, update) -> None:
+        """Capture ``update`` over the static inputs, ``rows`` and (``with_stats``) statistics of
+        as many rows, sharing the last graph's memory pool (which is then freed)."""
         color, depth, T_cw, K = self.images
-        graph, loss = capture(lambda: update(KeyframeView.derive(color, depth, K, T_cw), stats, rows, self.room),
-                              self.stream, self.graph)
-        self.graph = graph
-        return graph, loss
+        self.stats = rasterizer.SphereStats(rows.shape[0], device=self.device) if with_stats else None
+        self.graph, self.loss = capture(
+            lambda: update(KeyframeView.derive(color, depth, K, T_cw), self.stats, rows, self.room),
+            self.stream, self.graph)
+        self.captures += 1

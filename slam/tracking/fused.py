@@ -41,7 +41,7 @@ import torch
 import rasterizer
 from rasterizer import lm_state as L
 from slam.config import QualityConfig, TrackingConfig
-from slam.cuda_graphs import capture
+from slam.cuda_graphs import capture, padded_slots
 from slam.geometry import invert, orthonormalize, pivot_information_to_body
 from slam.map.snapshot import MapSnapshot
 from slam.observation import Observation
@@ -230,17 +230,6 @@ class HostCopy:
         return self.host.numpy().copy()
 
 
-def _padded(n: int) -> int:
-    """Sphere slots of the static scene for n spheres: the next of 2^k x (1, 1.25, 1.5, 1.75), so a
-    growing map re-captures the graphs a few times per doubling."""
-    size = 1024
-    while True:
-        for step in (4, 5, 6, 7):
-            if size * step // 4 >= n:
-                return size * step // 4
-        size *= 2
-
-
 class FrameGraphs:
     """A frame's work captured as CUDA graphs, one per iteration schedule, over static inputs: the
     map padded to a slot count (padding spheres have NaN centres: culled), the frame at the
@@ -309,7 +298,7 @@ class FrameGraphs:
             return
         n = snap.size
         if self.scene is None or self.scene.means.shape[0] < n:
-            slots = _padded(n)
+            slots = padded_slots(n)
             f = dict(dtype=torch.float32, device=self.device)
             self.scene = Scene(torch.empty(slots, 3, **f), torch.empty(slots, **f),
                                torch.empty(slots, 3, **f), torch.empty(slots, **f))
