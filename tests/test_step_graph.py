@@ -119,6 +119,17 @@ def _mapper_and_view(device, n=300):
     return mapper, KeyframeView.derive(color, depth, K, torch.eye(4, device=device))
 
 
+def _assert_same_steps(a, b, device, name):
+    """On the CPU kernel the same to the bit; on CUDA the same kernels sum their float atomics in
+    another order over more rows, so Adam's first steps (lr x sign) may differ where a gradient
+    is ~0, nowhere else."""
+    if device == "cpu":
+        assert torch.equal(a, b), name
+    else:
+        assert torch.isclose(a, b, rtol=1e-3, atol=1e-5).float().mean() > 0.99, name
+        assert (a - b).abs().mean() < 1e-4, name
+
+
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_a_step_over_padded_rows_is_the_step_over_the_live_rows(device):
     """The step graph's rows are the map's padded to a slot count (``SphereMap.padded_rows``):
@@ -138,13 +149,15 @@ def test_a_step_over_padded_rows_is_the_step_over_the_live_rows(device):
         a = live_mapper._update(view, stats_live, live.active().detach().requires_grad_(True))
         b = padded_mapper._update(view, stats_padded, padded.padded_rows(slots).detach().requires_grad_(True))
         assert torch.equal(a, b)
-    for name in ("params", "exp_avg", "exp_avg_sq", "steps"):
-        assert torch.equal(getattr(live, name)[:n], getattr(padded, name)[:n]), name
+    assert torch.equal(live.steps[:n], padded.steps[:n])
+    for name in ("params", "exp_avg", "exp_avg_sq"):
+        _assert_same_steps(getattr(live, name)[:n], getattr(padded, name)[:n], device, name)
     assert not torch.equal(live.params[:n], _mapper_and_view(device)[0].smap.params[:n])   # the steps moved it
     assert torch.isnan(padded.params[n:slots, :3]).all() and (padded.exp_avg[n:slots] == 0).all()
     for name in ("weight_sum", "error_sum", "count"):
         mine, theirs = getattr(stats_padded, name), getattr(stats_live, name)
-        assert torch.equal(mine[:n], theirs) and (mine[n:] == 0).all() and theirs.sum() > 0, name
+        _assert_same_steps(mine[:n], theirs, device, name)
+        assert (mine[n:] == 0).all() and theirs.sum() > 0, name
     with pytest.raises(ValueError, match="rows"):
         live.adam_step(torch.zeros(n - 1, 8, device=device), live_mapper.lr)
 
