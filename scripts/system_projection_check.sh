@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole-system projection (issue 34) checked on the machine it is made on, any CUDA machine
-# (the model's reference figures are an H200's; REFERENCE=<key of slam.tools.jetson_model.MACHINES>
-# for another):
+# (the model's reference figures: the machine the profile names, H200 or H100; REFERENCE=<key of
+# slam.tools.jetson_model.MACHINES> for another):
 #   1. the 7-Scenes dev run, RUNS times (default 3), one after another: the measured system FPS
 #   2. the whole-system profile of the same sequence (slam_profile --mapping-keyframes 10)
 #   3. slam_jetson_projection --check: the Jetsons' tables, then the system FPS predicted for this
@@ -49,6 +49,6 @@ fi
 echo "profile: $(( $(date +%s) - start )) s"
 grep -E "^(tracking|mapping|keyframes|loop step|grid):" "$LOG/profile.txt"
 echo
-$PY -m slam.tools.jetson_projection "$LOG/profile.json" --reference "${REFERENCE:-h200}" --check "${metrics[@]}" \
+$PY -m slam.tools.jetson_projection "$LOG/profile.json" --reference "${REFERENCE:-auto}" --check "${metrics[@]}" \
   | tee "$LOG/projection.txt"
 exit "${PIPESTATUS[0]}"

@@ -126,10 +126,12 @@ def test_the_check_compares_the_prediction_with_the_runs_median(tmp_path, capsys
     for i, run in enumerate(runs[:1]):
         files.append(tmp_path / f"metrics{i}.json")
         files[-1].write_text(json.dumps(run))
-    (tmp_path / "profile.json").write_text(json.dumps(prof))
+    (tmp_path / "profile.json").write_text(json.dumps(dict(prof, machine="NVIDIA H200")))
     assert jetson_projection.main([str(tmp_path / "profile.json"), "--check", *map(str, files)]) == 1
     printed = capsys.readouterr().out
-    assert all(m.name in printed for m in model.MACHINES.values()) and "system FPS" in printed
+    jetsons = [m.name for k, m in model.MACHINES.items() if k not in model.DEVICE_NAMES]
+    assert all(name in printed for name in jetsons) and "system FPS" in printed
+    assert f"{H200.name} (profiled)" in printed and model.MACHINES["h100"].name not in printed
     assert jetson_projection.main([str(tmp_path / "profile.json"), "--check", str(files[0]), "--tolerance", "0.25"]) == 0
 
 
@@ -158,3 +160,26 @@ def test_a_profile_that_tracks_ahead_of_the_map_prints_its_rows_as_upper_bounds(
     assert jetson_projection.AHEAD_NOTE in jetson_projection.system_table(prof, "h200", False)
     turns = jetson_projection.system_table(dict(prof, max_unmapped_keyframes=0), "h200", False)
     assert "upper bounds" not in turns
+
+
+def test_the_reference_is_the_machine_the_profile_names(tmp_path, capsys):
+    """An H100's profile projects from the H100's figures (its bandwidth is 0.7 of the H200's), a
+    profile naming no machine from the H200's, one from a machine the model has no figures for
+    stops with the file named unless --reference says which figures to use."""
+    assert model.reference_key({"machine": "NVIDIA H100 80GB HBM3"}) == "h100"
+    assert model.reference_key({"machine": "NVIDIA H200"}) == "h200"
+    assert model.reference_key({}) == "h200"
+    with pytest.raises(ValueError, match="NVIDIA GeForce RTX 4090"):
+        model.reference_key({"machine": "NVIDIA GeForce RTX 4090"})
+    prof = _profile(_tracking(host=0.5, wall=2.0, raster=0.5), _mapping(20.0, raster=5.0, sort=5.0), 0.2)
+    h100 = model.project_system(prof, model.MACHINES["h100"], AGX)
+    h200 = model.project_system(prof, H200, AGX)
+    assert h100["fps"] > h200["fps"]          # the same sort ms on a slower-memory machine: less work
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(dict(prof, machine="NVIDIA H100 80GB HBM3")))
+    assert jetson_projection.main([str(path)]) == 0
+    assert "NVIDIA H100 (SXM) (profiled)" in capsys.readouterr().out
+    path.write_text(json.dumps(dict(prof, machine="cpu")))
+    assert jetson_projection.main([str(path)]) == 2
+    assert f"{path}: the profile's machine 'cpu'" in capsys.readouterr().out
+    assert jetson_projection.main([str(path), "--reference", "h200"]) == 0

@@ -91,9 +91,11 @@ def test_profile_of_the_sample_projects_to_jetsons(tmp_path, capsys):
     from slam.loop.pose_graph import gtsam_available
     if gtsam_available():
         assert profile["loop"]["cpu_ms"] >= 0 and profile["loop"]["count"] == 1
+    assert jetson_projection.main([str(out)]) == 2              # a CPU's profile: no published figures
+    assert "pass the closest as --reference" in capsys.readouterr().out
     assert jetson_projection.main([str(out), "--reference", "h200"]) == 0
     table = capsys.readouterr().out
-    assert all(m.name in table for m in jetson_projection.MACHINES.values())
+    assert all(m.name in table for m in jetson_projection.targets(nano_super=False))
     assert "tracking FPS" in table and "system FPS" in table
 
 

@@ -88,6 +88,9 @@ MACHINES = {
     # NVIDIA H200 SXM: 132 SMs x 128 FP32 lanes, 1.98 GHz, HBM3e 4.8 TB/s; host: x86 server core
     # ~3.5 GHz boost (the device machine's, taken as the per-clock reference 1.0).
     "h200": Machine("NVIDIA H200 (SXM)", 132 * 128, 1.98, 4800.0, 3.5, 1.0),
+    # NVIDIA H100 SXM5 80 GB (torch names it "NVIDIA H100 80GB HBM3"): 132 SMs x 128 lanes, 1.98 GHz,
+    # HBM3 3.35 TB/s; host taken as the H200's (the device machines of both kinds: x86 server cores).
+    "h100": Machine("NVIDIA H100 (SXM)", 132 * 128, 1.98, 3350.0, 3.5, 1.0),
     # Jetson AGX Orin 64 GB: 2048 CUDA cores (16 SMs), 1.3 GHz, LPDDR5 204.8 GB/s, 12x Cortex-A78AE 2.2 GHz.
     "orin_agx": Machine("Jetson AGX Orin 64GB", 2048, 1.3, 204.8, 2.2, 0.55),
     # Jetson Orin NX 16 GB: 1024 CUDA cores (8 SMs), 0.918 GHz, 102.4 GB/s, 8x A78AE 2.0 GHz.
@@ -98,8 +101,26 @@ MACHINES = {
     # Jetson Xavier NX: 384 CUDA cores (6 Volta SMs), 1.1 GHz, 59.7 GB/s, 6x Carmel 1.9 GHz.
     "xavier_nx": Machine("Jetson Xavier NX", 384, 1.1, 59.7, 1.9, 0.45),
 }
+# The name torch gives each reference machine (``torch.cuda.get_device_name``, a profile's
+# ``machine``): how ``reference_key`` finds the machine a profile was made on.
+DEVICE_NAMES = {"h200": ("NVIDIA H200",), "h100": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM")}
 NANO_SUPER = Machine("Jetson Orin Nano 8GB (super)", 1024, 1.02, 102.0, 1.7, 0.55)
 COMPUTE_BOUND = {"raster", "gemm"}   # everything else (sort, copy, elementwise) is memory bound
+
+
+def reference_key(profile: dict) -> str:
+    """The ``MACHINES`` key of the machine ``profile`` was made on (its ``machine``: the CUDA
+    device's name); ``h200`` for a profile that does not name one (made before profiles did).
+    Raises ValueError for a machine the model has no figures for (a CPU, another GPU)."""
+    name = profile.get("machine")
+    if name is None:
+        return "h200"
+    for key, prefixes in DEVICE_NAMES.items():
+        if any(name.startswith(p) for p in prefixes):
+            return key
+    raise ValueError(f"the profile's machine {name!r} has no published figures in the model "
+                     f"(known: {', '.join(m.name for k, m in MACHINES.items() if k in DEVICE_NAMES)}); "
+                     f"pass the closest as --reference ({', '.join(sorted(DEVICE_NAMES))})")
 
 
 def ratios(ref: Machine, target: Machine) -> tuple[float, float, float]:

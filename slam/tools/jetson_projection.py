@@ -9,7 +9,7 @@ data.path=DATA`` (metrics.json). On the profiled machine ``--check RUN/metrics.j
 the same config there) compares predicted and measured system FPS (exit 1 beyond ``--tolerance``);
 scripts/system_projection_check.sh does it all on the 7-Scenes dev run.
 
-    slam_jetson_projection profile.json [--reference h200] [--check RUN/metrics.json ...]
+    slam_jetson_projection profile.json [--reference auto|h200|h100] [--check RUN/metrics.json ...]
 """
 from __future__ import annotations
 
@@ -20,16 +20,27 @@ from pathlib import Path
 from typing import Optional
 
 from slam.tools import jetson_model
-from slam.tools.jetson_model import MACHINES, NANO_SUPER, host_work, project, project_system, tracking_part, tracks_ahead
+from slam.tools.jetson_model import (
+    DEVICE_NAMES,
+    MACHINES,
+    NANO_SUPER,
+    host_work,
+    project,
+    project_system,
+    reference_key,
+    tracking_part,
+    tracks_ahead,
+)
 
 
-def targets(ref_key: str, nano_super: bool) -> list:
-    out = [m for k, m in MACHINES.items() if k != ref_key]
+def targets(nano_super: bool) -> list:
+    """The Jetsons projected to (every machine of the model but the reference GPUs)."""
+    out = [m for k, m in MACHINES.items() if k not in DEVICE_NAMES]
     return out + [NANO_SUPER] if nano_super else out
 
 
 def table(profile: dict, ref_key: str, nano_super: bool) -> str:
-    """The tracker-alone table (markdown) for every machine but the reference."""
+    """The tracker-alone table (markdown) for every Jetson."""
     ref, part = MACHINES[ref_key], tracking_part(profile)
     lines = [f"input: {profile.get('machine', '?')} ({profile.get('config', '?')} {' '.join(profile.get('overrides', []))}): "
              f"wall {part['wall_ms']:.1f} ms, host {part['host_ms']:.2f} ms, GPU {part['gpu_ms']:.2f} ms "
@@ -40,7 +51,7 @@ def table(profile: dict, ref_key: str, nano_super: bool) -> str:
              "",
              "| machine | CPU / FP32 / bandwidth slower by | host ms | GPU ms | frame ms (host + GPU) | tracking FPS |",
              "|---|---|---|---|---|---|"]
-    for m in targets(ref_key, nano_super):
+    for m in targets(nano_super):
         p = project(profile, ref, m)
         lines.append(f"| {p['machine']} | {p['cpu_ratio']:.1f}x / {p['compute_ratio']:.1f}x / {p['bw_ratio']:.1f}x | "
                      f"{p['host_ms']:.1f} | {p['gpu_ms']:.1f} | {p['frame_ms']:.1f} | {p['fps']:.1f} |")
@@ -71,7 +82,7 @@ def system_table(profile: dict, ref_key: str, nano_super: bool) -> str:
              + " / ".join(project_system(profile, ref, ref)["terms"])
              + " | system FPS (bound) | sequential FPS | loop / grid load |",
              "|---|---|---|---|---|---|---|"]
-    for target in [ref] + targets(ref_key, nano_super):
+    for target in [ref] + targets(nano_super):
         p = project_system(profile, ref, target)
         t = p["terms"]
         name = f"{p['machine']} (profiled)" if target is ref else p["machine"]
@@ -131,17 +142,25 @@ def check(profile: dict, ref_key: str, runs: list, tolerance: float) -> tuple[st
 
 def main(argv=None) -> int:
     """slam_jetson_projection: prints the projection tables; 0 when done (with ``--check``: 1 when
-    the prediction misses the run, 2 for a profile without a mapping part)."""
+    the prediction misses the run, 2 for a profile without a mapping part); 2 for a profile from a
+    machine the model has no figures for, unless ``--reference`` names one."""
     ap = argparse.ArgumentParser(description=__doc__ + "\n" + jetson_model.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profile", help="JSON from slam_profile --json")
-    ap.add_argument("--reference", default="h200", choices=sorted(MACHINES), help="the machine the profile is from")
+    ap.add_argument("--reference", default="auto", choices=["auto", *sorted(MACHINES)],
+                    help="the machine the profile is from (auto: the profile's own machine name)")
     ap.add_argument("--nano-super", action="store_true", help="also project the Orin Nano in JetPack 6.2 super mode")
     ap.add_argument("--check", nargs="+", default=None, metavar="METRICS_JSON",
                     help="runs' metrics.json from the profiled machine: predicted vs measured system FPS")
     ap.add_argument("--tolerance", type=float, default=0.15, help="--check: largest |predicted / measured - 1|")
     args = ap.parse_args(argv)
     profile = json.loads(Path(args.profile).read_text())
+    if args.reference == "auto":
+        try:
+            args.reference = reference_key(profile)
+        except ValueError as e:
+            print(f"{args.profile}: {e}")
+            return 2
     print(table(profile, args.reference, args.nano_super))
     if profile.get("mapping"):
         print("\n" + system_table(profile, args.reference, args.nano_super))
