@@ -181,3 +181,18 @@ def test_the_motion_model_follows_flagged_frames_whose_colour_agrees():
         assert tracker.failures == 1 and np.allclose(tracker.last_good, np.eye(4))
         assert np.allclose(tracker.prev, step @ step if follows else step)
         assert tracker.prev_t == (2 / 30 if follows else 1 / 30)
+
+
+def test_only_a_depth_floor_flag_with_closely_agreeing_colour_explores():
+    """``quality.explores``: the depth-inlier floor alone, colour inliers at or above
+    ``explore_color_inliers``; not a frame that passed, nor one flagged for anything else."""
+    from slam.config import load_config
+    from slam.tracking.quality import TrackQuality, explores, judge
+
+    cfg = load_config("default.yaml").quality
+    for depth, colour, expected in ((0.45, cfg.explore_color_inliers, True), (0.45, cfg.explore_color_inliers - 0.01, False),
+                                    (0.45, 0.3, False), (0.95, 0.95, False)):
+        q = TrackQuality(known=0.9, depth_inliers=depth, color_inliers=colour)
+        assert explores(judge(q, 0.3, 0.5, cfg), q, cfg) == expected, (depth, colour)
+    q = TrackQuality(known=0.2, depth_inliers=0.45, color_inliers=0.99)      # too little of the map in view
+    assert judge(q, 0.3, 0.5, cfg).startswith("coverage") and not explores(judge(q, 0.3, 0.5, cfg), q, cfg)

@@ -355,3 +355,19 @@ def test_one_odd_frame_mid_sequence_is_skipped_and_named(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["frames"] == n - 1 and m["skipped_frames"] == 1
     assert len(m["skip_reasons"]) == 1 and str(victim) in m["skip_reasons"][0]
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_frames_flagged_by_the_depth_floor_alone_still_grow_the_map_where_their_colour_agrees(sample_run, explore):
+    """A depth-inlier floor no frame can pass (1.01) flags every tracked frame for depth alone, while
+    the sample's exact colours agree with the map: the frames stay flagged, and make keyframes as
+    right ones would (``quality.explore_color_inliers``), unless exploration is off (above 1)."""
+    sets = ["system.threaded=false", "mapping.iters=2", "mapping.final_iters=0", "loop.enabled=false",
+            "reinit.enabled=false", "relocalise.after_failures=1000", "quality.min_depth_inliers=1.01"]
+    cfg = sample_run.cfg(16, *sets, *([] if explore else ["quality.explore_color_inliers=1.01"]))
+    system = sample_run.run(cfg)
+    frames = system.recorder.frames[1:]                          # the first frame: the map's start
+    assert frames and all(not f.ok and f.reason.startswith("depth inliers") for f in frames)
+    assert all(f.quality.color_inliers >= cfg.quality.explore_color_inliers for f in frames) == explore
+    keyframes = sum(f.keyframe for f in frames)
+    assert keyframes >= 2 if explore else keyframes == 0

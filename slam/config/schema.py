@@ -113,6 +113,12 @@ class QualityConfig:
     residual_spike: float = 2.5       # a final loss above this x the recent median = failure
     weak_spike: float = 2.0           # ... and a loss above this x the recent median together
     weak_depth_inliers: float = 0.9   # with depth inliers below this = failure (both moderately off)
+    # Exploration: a frame flagged by the depth-inlier floor alone whose colour inliers reach this
+    # stays flagged but may make a keyframe, so the map keeps growing into a view it trails (a fast
+    # turn, a map behind the tracker). Perturbed poses the calibration called wrong kept <= 0.84
+    # colour inliers below that floor, right ones >= 0.78 (docs/benchmarks.md#quality-test-as-a-detector).
+    # Above 1: never (a flagged frame makes no keyframe).
+    explore_color_inliers: float = 0.9
 
 
 @dataclass

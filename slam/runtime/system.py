@@ -47,6 +47,7 @@ from slam.runtime.recorder import FrameRecord, RunRecorder, current_rss_mb, gpu_
 from slam.runtime.result import RunResult
 from slam.runtime.threads import run_sequential, run_threaded
 from slam.tracking.frontend import TrackingFrontend
+from slam.tracking.quality import explores
 from slam.tracking.tracker import Tracker
 
 log = logging.getLogger("slam.system")
@@ -167,8 +168,10 @@ class SlamSystem:
         self.frontend.follow_map(snap)     # the reference keyframe's refined / corrected pose
         res = self.frontend.process(obs, snap, frame.index, frame.timestamp, frame.gt_pose)
         self._last_frame = frame
-        # On a saved map only verified poses make keyframes (localize: of the local layer).
-        is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(res.T_wc, res.ok)
+        # On a saved map only verified poses make keyframes (localize: of the local layer); in SLAM
+        # a flagged frame whose colour agrees closely with the map may (``quality.explores``).
+        is_kf = (res.ok or self.mode == "slam") and self.selector.is_keyframe(
+            res.T_wc, res.ok or explores(res.reason, res.quality, self.cfg.quality))
         kf_id = -1
         if is_kf:
             kf_id, self._next_kf_id = self._next_kf_id, self._next_kf_id + 1

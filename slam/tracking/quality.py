@@ -127,3 +127,12 @@ def colour_agrees(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) ->
     TUM fr1/rpy such streaks (depth inliers 42-48 %, colour 75-96 %) were the detector's false
     alarms; the frame stays flagged, but the motion model follows it (``Tracker``)."""
     return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= cfg.min_color_inliers
+
+
+def explores(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) -> bool:
+    """A flagged frame that may still make a keyframe: flagged by the depth-inlier floor alone
+    (``reason``, from ``judge``) with colour inliers of at least ``cfg.explore_color_inliers``, what
+    right poses keep on a view the map trails and wrong ones did not (the calibration's perturbed
+    poses: <= 0.84 on TUM fr1/rpy). The frame stays flagged; the map grows into its view instead of
+    waiting for a frame that passes (the failure cascade of a turn the map trails)."""
+    return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= cfg.explore_color_inliers
