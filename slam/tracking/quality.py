@@ -126,7 +126,7 @@ def colour_agrees(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) ->
     (a view turning onto ground the map has barely seen, depth noise, the depth's own timing). On
     TUM fr1/rpy such streaks (depth inliers 42-48 %, colour 75-96 %) were the detector's false
     alarms; the frame stays flagged, but the motion model follows it (``Tracker``)."""
-    return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= cfg.min_color_inliers
+    return _depth_floor_alone(reason, q, cfg.min_color_inliers)
 
 
 def explores(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) -> bool:
@@ -135,4 +135,9 @@ def explores(reason: Optional[str], q: TrackQuality, cfg: QualityConfig) -> bool
     right poses keep on a view the map trails and wrong ones did not (the calibration's perturbed
     poses: <= 0.84 on TUM fr1/rpy). The frame stays flagged; the map grows into its view instead of
     waiting for a frame that passes (the failure cascade of a turn the map trails)."""
-    return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= cfg.explore_color_inliers
+    return _depth_floor_alone(reason, q, cfg.explore_color_inliers)
+
+
+def _depth_floor_alone(reason: Optional[str], q: TrackQuality, min_color: float) -> bool:
+    """Flagged by the depth-inlier floor (``reason`` from ``judge``), colour inliers >= ``min_color``."""
+    return (reason or "").startswith(DEPTH_FLOOR) and q.color_inliers >= min_color
