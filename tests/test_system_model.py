@@ -91,6 +91,18 @@ def test_host_work_is_wall_less_gpu_or_the_thread_cpu_if_larger():
     assert model.host_work({"host_ms": 3.0, "wall_ms": 2.0, "gpu_ms": 4.0}) == 0.0
 
 
+def test_a_threads_host_work_counts_its_whole_frame_in_the_profiles_run():
+    # The replays of one frame: 2 ms wall, 1 ms GPU; the run's track_frame: 4.5 ms wall a frame.
+    part = _tracking(host=0.5, wall=2.0, raster=1.0, thread_cpu_ms=2.4, run_wall_ms=4.5)
+    assert model.host_work(part) == pytest.approx(3.5)                     # 4.5 less the GPU's 1.0
+    assert model.host_work(part, floor="host_ms") == pytest.approx(1.0)    # the tracker alone: the replays
+    assert model.host_work(dict(part, run_wall_ms=3.0)) == pytest.approx(2.4)   # the thread CPU, if larger
+    profile = _profile(part, _mapping(22.0, raster=20.0), 0.2)
+    profile["max_unmapped_keyframes"] = 0
+    p = model.project_system(profile, H200, H200)
+    assert p["terms"]["tracking+mapping"] == pytest.approx(4.5 + 0.2 * model.thread_ms(profile["mapping"], 1, 1, 1)[2])
+
+
 def test_an_old_tracking_only_profile_still_projects(tmp_path, capsys):
     old = dict(_tracking(host=0.7, wall=3.2, raster=2.0, waits=1.1), host_launches=5.0, host_wait_ms=1.0,
                machine="NVIDIA H200", config="7scenes.yaml", overrides=[])

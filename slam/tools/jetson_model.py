@@ -28,8 +28,13 @@ frame the profile's own sequential run tracked; the sequence and the keyframe ru
 the machine, and the profile stays one file from one machine):
 
 - A thread's host work h is its un-profiled wall time less its GPU time (the tracker's: or its
-  thread CPU time a frame in the profile's run, if larger) times ``cpu_ratio``: the profiler's
-  operator time leaves the interpreter out and is inflated by the profiler. GPU ms g as above.
+  thread CPU time a frame in the profile's run, or its whole ``track_frame``'s wall time a frame
+  there less its GPU time, whichever is largest) times ``cpu_ratio``: the profiler's operator time
+  leaves the interpreter out and is inflated by the profiler; the replays of one frame leave out
+  the work around the tracker (the frame's unroll and checks, keyframes, the journal) and the
+  other threads' turns on the interpreter lock, which a run pays (H100, 2026-12-06: ``track_frame``
+  4.6 ms a frame in the profile's run against 1.9 for the replays and 4.3 in threaded runs; the
+  check's ratio 1.23, 1.27 from the same profile without this term). GPU ms g as above.
 - The mapper per keyframe: T_m = h_m + g_m (it waits for the GPU inside a keyframe: the densify
   render's pair count, the loss after the steps).
 - One GPU: the threads' kernels take turns, G = g_t + r (g_m + g_loop).
@@ -43,7 +48,7 @@ the machine, and the profile stays one file from one machine):
 - The tracker waits for the mapper when it is ``system.max_unmapped_keyframes`` ahead, the mapper
   for keyframes: in steady state the slowest sets the pace, frame = max(t_t, M, L, G); system FPS =
   1000 / frame; the binding term is printed. t_t = h_t + g_t (as the tracker alone above, but with
-  h_t from the whole ``track_frame``: the profile's thread CPU). With
+  h_t from the whole ``track_frame``: the profile's thread CPU or run wall, as above). With
   ``max_unmapped_keyframes`` 0 (the profile's ``max_unmapped_keyframes``; 1 when absent) the
   tracker waits for each keyframe to be mapped: the tracking term is t_t + M (``tracking+mapping``)
   and the mapper has no term of its own.
@@ -56,7 +61,9 @@ the machine, and the profile stays one file from one machine):
   (its path counts its own GPU time, G the sum). The first is large: the loop and grid threads'
   Python between those heavy calls holds the lock that the tracker and the mapper need after each
   GPU wait (H200, 7-Scenes: 65 FPS measured, 89 with both threads off, 100 predicted;
-  ``system.switch_interval_ms`` shortens the wait; docs/JETSON.md). ``--check`` shows that gap.
+  ``system.switch_interval_ms`` shortens the wait; docs/JETSON.md). ``--check`` shows that gap
+  (H100, 2026-12-06, the default mode: the mapper 25.2 ms a keyframe in the runs against 20.3 in
+  the profile's, the runs' start 0.94 s against 0.65).
   With ``max_unmapped_keyframes`` 1 (the Jetson configs) it is the mapper's: beside the tracker
   it took 46-47 ms a keyframe against 20-22 alone (H200, 2026-12-06), and the check predicted
   1.67x the measured rate: that mode's projections overstate (docs/benchmarks.md#jetson-projection).
@@ -144,10 +151,14 @@ def host_work(part: dict, floor: str = "thread_cpu_ms") -> float:
     """A thread's own host ms per unit on the profiled machine, the interpreter included: the
     un-profiled wall ms less the GPU ms, or ``part[floor]`` if larger (a thread in a run: its
     thread CPU ms; the tracker alone: the profiler's host ms, as the thread's CPU also holds the
-    work around the tracker); without a wall time the profiler's host ms."""
+    work around the tracker); without a wall time the profiler's host ms. A thread in a run
+    (``floor`` "thread_cpu_ms"): also its wall ms per unit in the profile's sequential run less
+    the GPU ms (``run_wall_ms``: the tracker's whole ``track_frame``), if larger."""
     if "wall_ms" not in part:
         return part["host_ms"]
-    return max(part["wall_ms"] - part.get("gpu_ms", 0.0), part.get(floor) or 0.0, 0.0)
+    gpu = part.get("gpu_ms", 0.0)
+    in_run = (part.get("run_wall_ms") or 0.0) - gpu if floor == "thread_cpu_ms" else 0.0
+    return max(part["wall_ms"] - gpu, part.get(floor) or 0.0, in_run, 0.0)
 
 
 def project(profile: dict, ref: Machine, target: Machine) -> dict:

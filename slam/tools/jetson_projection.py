@@ -126,7 +126,8 @@ def check(profile: dict, ref_key: str, runs: list, tolerance: float) -> tuple[st
              f"  keyframes per frame: profile {profile['keyframe_rate']:.3f}, runs {median('keyframes') / n:.3f}",
              f"  mapping ms per keyframe: profile {profile['mapping']['wall_ms']:.1f} (alone), runs "
              f"{median('mapping_mean', 'stage_ms'):.1f} (beside the other threads)",
-             f"  tracking ms per frame: profile {tracking_part(profile)['wall_ms']:.2f} (replays alone), runs "
+             f"  tracking ms per frame: profile {tracking_part(profile)['wall_ms']:.2f} (replays alone), "
+             f"{tracking_part(profile).get('run_wall_ms') or float('nan'):.2f} (its sequential run), runs "
              f"{median('tracking_mean', 'stage_ms'):.2f} (threaded); the tracker waited "
              f"{median('tracking_waited_for_map_s'):.1f} s for the mapper, "
              f"{median('tracking_waited_for_frames_s'):.2f} s for frames ({median('tracking_waited_for_first_frame_s'):.2f} "
