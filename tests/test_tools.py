@@ -317,3 +317,15 @@ def test_tile_lists_prints_its_table_on_the_sample(capsys):
     assert tile_lists.main(["--set", "system.device=cpu", "--map-frames", "8", "--tiles", "8,16"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "x" in line.split("|")[1]]
     assert len(rows) == 4       # two pyramid levels x two tile sides
+
+
+def test_profile_average_keeps_each_kernel_mean_over_the_calls_largest_first():
+    from slam.tools.profile_tracking import average
+
+    calls = [{"frames": 1, "gpu_ms": 1.0, "gpu_by_kernel": {"adam": [10.0, 2.0]}},
+             {"frames": 1, "gpu_ms": 3.0, "gpu_by_kernel": {"adam": [20.0, 2.0], "raster": [50.0, 1.0]}}]
+    out = average(calls)
+    assert out["gpu_ms"] == 2.0 and out["count"] == 2 and "frames" not in out
+    assert list(out["gpu_by_kernel"]) == ["raster", "adam"]                 # largest mean first
+    assert out["gpu_by_kernel"]["raster"] == [25.0, 0.5]                    # absent in one call: 0 there
+    assert out["gpu_by_kernel"]["adam"] == [15.0, 2.0]

@@ -151,16 +151,24 @@ def profiled(fn: Callable[[], object], cuda: bool) -> dict:
     with torch.profiler.profile(activities=acts) as prof:
         fn()
         sync()
-    return summarise(prof, 1, kernel_class if cuda else None)
+    return summarise(prof, 1, kernel_class if cuda else None, by_kernel=cuda)
 
 
 def average(summaries: list) -> dict:
-    """The mean of ``profiled`` figures over several calls; ``count``: how many."""
-    out = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0] if k not in ("frames", "gpu_ms_by_class")}
+    """The mean of ``profiled`` figures over several calls; ``count``: how many. ``gpu_by_kernel``
+    (on CUDA): per kernel, [GPU us, runs] per call, averaged over the calls (0 where a call did
+    not run it), largest first."""
+    nested = ("frames", "gpu_ms_by_class", "gpu_by_kernel")
+    out = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0] if k not in nested}
     if any("gpu_ms_by_class" in s for s in summaries):
         classes = sorted({c for s in summaries for c in s.get("gpu_ms_by_class", {})})
         out["gpu_ms_by_class"] = {c: float(np.mean([s.get("gpu_ms_by_class", {}).get(c, 0.0) for s in summaries]))
                                   for c in classes}
+    if any("gpu_by_kernel" in s for s in summaries):
+        names = {k for s in summaries for k in s.get("gpu_by_kernel", {})}
+        mean = {k: [float(np.mean([s.get("gpu_by_kernel", {}).get(k, (0.0, 0.0))[i] for s in summaries]))
+                    for i in (0, 1)] for k in names}
+        out["gpu_by_kernel"] = dict(sorted(mean.items(), key=lambda kv: -kv[1][0]))
     out["count"] = len(summaries)
     return out
 
@@ -236,6 +244,9 @@ def map_further(config: str, overrides: list, system, start: int, keyframes: int
     return out
 
 
+MAPPING_KERNELS_SHOWN = 12   # the mapper's largest GPU operations printed (all of them in --json)
+
+
 def print_system_parts(summary: dict) -> None:
     """The mapping, loop and grid parts of a whole-system profile, one line each."""
     m, loop, grid = summary["mapping"], summary.get("loop"), summary.get("grid")
@@ -245,6 +256,11 @@ def print_system_parts(summary: dict) -> None:
     print(f"keyframes: {summary['keyframe_rate']:.3f} per frame ({summary['rate_keyframes']} of "
           f"{summary['rate_frames']} tracked); tracking thread {summary['tracking']['thread_cpu_ms']:.2f} ms CPU, "
           f"{summary['tracking']['run_wall_ms']:.2f} ms wall a frame (the whole track_frame)")
+    top = list((m.get("gpu_by_kernel") or {}).items())[:MAPPING_KERNELS_SHOWN]
+    if top:
+        from slam.tools.ab_compare import short_kernel_name
+        print("mapping's GPU operations a keyframe (us, runs, class): " + "; ".join(
+            f"{short_kernel_name(name)[:60]} {us:.0f}, {runs:.0f}, {kernel_class(name)}" for name, (us, runs) in top))
     if loop is not None:
         cpu = "n/a" if loop["cpu_ms"] is None else f"{loop['cpu_ms']:.1f}"
         print(f"loop step: {cpu} ms CPU/keyframe, GPU {loop['gpu_ms']:.2f} ms")
