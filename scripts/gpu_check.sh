@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the sphere rasterizer's CUDA extension (for this GPU, and once more for sm_87 / Jetson
 # Orin to show it compiles there), runs the CUDA tests (render, fused Gauss-Newton pass and device
-# LM, the map's Adam and loss, the frame kernels) and
+# LM, the map's Adam, parametrisation and loss, the frame kernels) and
 # the benchmarks. Any CUDA machine:
 #   scripts/gpu_check.sh [LOG_DIR]        (default: gpu_check_logs/; $OUT when set)
 # Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
@@ -48,7 +48,8 @@ echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 # One pytest process per file: a file that crashes the process (a fault in a kernel) fails alone and
 # the others still run (one process for all hid six files behind a crash on 2026-12-04).
 CUDA_TESTS=(tests/test_rasterizer_cuda.py tests/test_rasterizer_ops.py tests/test_gauss_newton_cuda.py
-            tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_frame_downsample.py
+            tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_activation.py
+            tests/test_sphere_map.py tests/test_frame_downsample.py
             tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_observation_upload.py tests/test_render_loss.py
             tests/test_step_graph.py)
 : > "$LOG/pytest_cuda.txt"

@@ -148,12 +148,16 @@ def _autograd_activate(rows):
     return rows[:, MEANS], torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 @pytest.mark.parametrize("used", [(0, 1, 2, 3), (1, 2), (0,), (3,)])
-def test_activate_gradient_equals_autograds_own(used):
-    """activate's written-out backward gives autograd's values to the bit, with every output or
-    only some of them reaching the loss (the others' gradients are zeros)."""
-    rows = torch.randn(257, PARAM_DIM, generator=torch.Generator().manual_seed(len(used)))
-    weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)) for i, o in enumerate(_autograd_activate(rows))]
+def test_activate_gradient_equals_autograds_own(used, device):
+    """activate's kernels (rasterizer.activate_rows both ways) give autograd's values, with every
+    output or only some of them reaching the loss (the others' gradients absent): to the bit but
+    for the radius, whose exp may differ from PyTorch's by one unit in the last place (the CPU's
+    libm against a vectorised exp), and the gradient's radius column with it."""
+    rows = torch.randn(257, PARAM_DIM, generator=torch.Generator().manual_seed(len(used))).to(device)
+    weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(device)
+               for i, o in enumerate(_autograd_activate(rows))]
 
     def grad_of(fn):
         leaf = rows.clone().requires_grad_(True)
@@ -163,9 +167,14 @@ def test_activate_gradient_equals_autograds_own(used):
 
     got, g = grad_of(activate)
     want, w = grad_of(_autograd_activate)
-    for a, b in zip(got, want):
-        assert torch.equal(a.detach(), b.detach())
-    assert torch.equal(g, w)
+    for k, (a, b) in enumerate(zip(got, want)):
+        if k == 1:
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=1.2e-7, atol=0.0)
+        else:
+            assert torch.equal(a.detach(), b.detach())
+    torch.testing.assert_close(g[:, LOG_RADIUS], w[:, LOG_RADIUS], rtol=2.4e-7, atol=0.0)
+    others = [c for c in range(PARAM_DIM) if c != LOG_RADIUS]
+    assert torch.equal(g[:, others], w[:, others])
 
 
 def test_activate_without_gradients_makes_no_graph():

@@ -1,6 +1,7 @@
 // Host-side argument checks shared by the CPU (raster_cpu.cpp, gn_cpu.cpp, adam_cpu.cpp,
-// frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu, frame_cuda.cu) kernels of an
-// op, which take the same arguments (the op's schema, in its *_cpu.cpp).
+// activation_cpu.cpp, frame_cpu.cpp) and CUDA (raster_cuda.cu, gn_cuda.cu, adam_cuda.cu,
+// activation_cuda.cu, frame_cuda.cu) kernels of an op, which take the same arguments (the op's
+// schema, in its *_cpu.cpp).
 // Host only (ATen): the CUDA sources include it in host code of their .cu files.
 #pragma once
 
@@ -154,6 +155,28 @@ inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
               "exp_avg, exp_avg_sq and grad must have params' rows");
   TORCH_CHECK(steps.dim() == 1 && steps.size(0) == n, "steps must be (N,)");
   TORCH_CHECK(lr.dim() == 1 && lr.size(0) == kAdamCols, "lr must have one entry per column");
+}
+
+// The map's parametrisation (activation_*.cpp / .cu): rows (N, 8); the forward's outputs; each
+// output gradient either empty (no gradient: read as 0) or the output's shape.
+inline void check_activation_outputs(const at::Tensor& radii, const at::Tensor& colors,
+                                     const at::Tensor& opacities, bool cuda) {
+  check_input(radii, "radii", cuda);
+  const int64_t n = radii.size(0);
+  check_input(colors, "colors", cuda, 3);
+  check_input(opacities, "opacities", cuda);
+  TORCH_CHECK(radii.dim() == 1 && opacities.dim() == 1 && colors.size(0) == n && opacities.size(0) == n,
+              "radii (N,), colors (N, 3) and opacities (N,) must have the same rows");
+}
+
+// An output's gradient as the kernels read it: nullptr when empty (no gradient), else checked
+// against the output's shape.
+inline const float* optional_grad(const at::Tensor& g, const at::Tensor& like, const char* name,
+                                  bool cuda) {
+  if (!g.defined() || g.numel() == 0) return nullptr;
+  check_input(g, name, cuda);
+  TORCH_CHECK(g.sizes() == like.sizes(), name, " must have the shape of its output");
+  return g.data_ptr<float>();
 }
 
 // A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the kernel's

@@ -41,36 +41,34 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
 def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Parameter rows (N, 8) -> (means (N, 3) metres, radii (N,) metres, colors (N, 3) in [0, 1],
-    opacities (N,) in [0, 1]). With gradients (``_Activate``), the rows' gradient is one (N, 8)
-    tensor built in one step."""
+    opacities (N,) in [0, 1]): ``rasterizer.activate_rows`` (one kernel; its model has the
+    formulas). With gradients (``_Activate``), the rows' gradient is one (N, 8) tensor from one
+    kernel (``rasterizer.activate_rows_backward``). Float32 rows of any layout; the reference's
+    PyTorch formulas for other dtypes."""
+    backend = "auto" if rows.dtype == torch.float32 else "reference"
     if rows.requires_grad and torch.is_grad_enabled():
-        return _Activate.apply(rows)
-    return (rows[:, MEANS], *_activated(rows))
-
-
-def _activated(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(radii (N,), colors (N, 3), opacities (N,)) of rows (N, 8): exp and the sigmoids."""
-    return torch.exp(rows[:, LOG_RADIUS]), torch.sigmoid(rows[:, COLOR]), torch.sigmoid(rows[:, OPACITY])
+        return _Activate.apply(rows, backend)
+    return rasterizer.activate_rows(rows.contiguous(), backend=backend)
 
 
 class _Activate(torch.autograd.Function):
-    """``activate`` with its backward written out: the rows' (N, 8) gradient from the four
-    outputs' in one concatenation (exp's and the sigmoids' derivatives as autograd takes them, so
-    the same values), where autograd's own chain took about thirteen launches (a zero-filled (N, 8)
-    tensor per slice of the rows, then their sum): the mapper steps 40 times a keyframe."""
+    """``activate`` with its backward in one kernel: the rows' (N, 8) gradient from the four
+    outputs' (absent ones not materialised), where autograd's own chain took about thirteen
+    launches and PyTorch's written-out formulas four (the mapper steps 40 times a keyframe)."""
 
     @staticmethod
-    def forward(ctx, rows):
-        radii, colors, opacities = _activated(rows)
+    def forward(ctx, rows, backend):
+        means, radii, colors, opacities = rasterizer.activate_rows(rows.contiguous(), backend=backend)
         ctx.save_for_backward(radii, colors, opacities)
-        return rows[:, MEANS], radii, colors, opacities
+        ctx.backend = backend
+        ctx.set_materialize_grads(False)
+        return means, radii, colors, opacities
 
     @staticmethod
-    def backward(ctx, g_means, g_radii, g_colors, g_opacities):   # absent gradients come as zeros
+    def backward(ctx, g_means, g_radii, g_colors, g_opacities):
         radii, colors, opacities = ctx.saved_tensors
-        sigmoid_backward = torch.ops.aten.sigmoid_backward
-        return torch.cat([g_means, (g_radii * radii)[:, None], sigmoid_backward(g_colors, colors),
-                          sigmoid_backward(g_opacities, opacities)[:, None]], dim=1)
+        return rasterizer.activate_rows_backward(g_means, g_radii, g_colors, g_opacities, radii, colors,
+                                                 opacities, backend=ctx.backend), None
 
 
 def bytes_per_sphere() -> int:
@@ -249,7 +247,7 @@ class SphereMap:
         a dict it will not change), the accepted loop edges ((id_a, id_b) pairs) and each one's
         correction of later keyframes ((4, 4); ``MapSnapshot.loop_later``)."""
         with torch.no_grad():
-            means, radii, colors, opacities = (t.contiguous().clone() for t in self.activated())
+            means, radii, colors, opacities = self.activated()   # new tensors (activate_rows)
             anchors = self.anchors[: self.n].clone()
         ready = None
         if means.is_cuda:

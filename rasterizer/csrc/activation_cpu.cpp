@@ -1,0 +1,56 @@
+// CPU twin of the map's parametrisation kernels (activation_cuda.cu; the model is in
+// rasterizer/activation.py, the per-row math in activation_math.h): rows in parallel, each row
+// independent. The ops' schemas are declared here (once for both libraries); activation_cuda.cu
+// registers the CUDA kernels.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "activation_math.h"
+#include "raster_cpu.h"
+#include "tensor_args.h"
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(const at::Tensor& rows) {
+  sr::check_input(rows, "rows", /*cuda=*/false, sr::kRowCols);
+  const int64_t n = rows.size(0);
+  const auto f = rows.options();
+  at::Tensor means = at::empty({n, 3}, f), radii = at::empty({n}, f), colors = at::empty({n, 3}, f),
+             opacities = at::empty({n}, f);
+  const float* r = rows.data_ptr<float>();
+  float *m = means.data_ptr<float>(), *ra = radii.data_ptr<float>(), *c = colors.data_ptr<float>(),
+        *o = opacities.data_ptr<float>();
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) sr::activate_row(i, r, m, ra, c, o);
+  return {means, radii, colors, opacities};
+}
+
+at::Tensor activate_rows_backward_cpu(const at::Tensor& g_means, const at::Tensor& g_radii,
+                                      const at::Tensor& g_colors, const at::Tensor& g_opacities,
+                                      const at::Tensor& radii, const at::Tensor& colors,
+                                      const at::Tensor& opacities) {
+  sr::check_activation_outputs(radii, colors, opacities, /*cuda=*/false);
+  const int64_t n = radii.size(0);
+  const float* gm = sr::optional_grad(g_means, colors, "g_means", false);   // (N, 3) like colours
+  const float* gr = sr::optional_grad(g_radii, radii, "g_radii", false);
+  const float* gc = sr::optional_grad(g_colors, colors, "g_colors", false);
+  const float* go = sr::optional_grad(g_opacities, opacities, "g_opacities", false);
+  at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
+  const float *ra = radii.data_ptr<float>(), *c = colors.data_ptr<float>(), *o = opacities.data_ptr<float>();
+  float* out = g_rows.data_ptr<float>();
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) sr::activate_backward_row(i, gm, gr, gc, go, ra, c, o, out);
+  return g_rows;
+}
+
+// Arguments as rasterizer/activation.py passes them; an output gradient may be empty (none).
+TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("activate_rows(Tensor rows) -> (Tensor means, Tensor radii, Tensor colors, Tensor opacities)");
+  m.def("activate_rows_backward(Tensor g_means, Tensor g_radii, Tensor g_colors, Tensor g_opacities, "
+        "Tensor radii, Tensor colors, Tensor opacities) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("activate_rows", &activate_rows_cpu);
+  m.impl("activate_rows_backward", &activate_rows_backward_cpu);
+}

@@ -1,0 +1,85 @@
+// CUDA kernels of the map's parametrisation (the model is in rasterizer/activation.py, the per-row
+// math in activation_math.h, the CPU twin activation_cpu.cpp): one launch each way, one thread per
+// row, where the PyTorch formulation took exp and two sigmoids forward, and a product, two
+// sigmoid backwards and a concatenation (plus zero-filled absent gradients) backward: the mapper
+// steps 40 times a keyframe.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "activation_math.h"
+#include "raster_cuda.h"
+#include "tensor_args.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    activate_kernel(int64_t n, const float* __restrict__ rows, float* __restrict__ means,
+                    float* __restrict__ radii, float* __restrict__ colors,
+                    float* __restrict__ opacities) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < n) sr::activate_row(i, rows, means, radii, colors, opacities);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    activate_backward_kernel(int64_t n, const float* __restrict__ g_means,
+                             const float* __restrict__ g_radii, const float* __restrict__ g_colors,
+                             const float* __restrict__ g_opacities, const float* __restrict__ radii,
+                             const float* __restrict__ colors, const float* __restrict__ opacities,
+                             float* __restrict__ g_rows) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < n)
+    sr::activate_backward_row(i, g_means, g_radii, g_colors, g_opacities, radii, colors, opacities,
+                              g_rows);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(const at::Tensor& rows) {
+  sr::check_input(rows, "rows", /*cuda=*/true, sr::kRowCols);
+  const int64_t n = rows.size(0);
+  const auto f = rows.options();
+  at::Tensor means = at::empty({n, 3}, f), radii = at::empty({n}, f), colors = at::empty({n, 3}, f),
+             opacities = at::empty({n}, f);
+  if (n == 0) return {means, radii, colors, opacities};
+  const c10::cuda::CUDAGuard guard(rows.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  activate_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      n, rows.data_ptr<float>(), means.data_ptr<float>(), radii.data_ptr<float>(),
+      colors.data_ptr<float>(), opacities.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {means, radii, colors, opacities};
+}
+
+at::Tensor activate_rows_backward_cuda(const at::Tensor& g_means, const at::Tensor& g_radii,
+                                       const at::Tensor& g_colors, const at::Tensor& g_opacities,
+                                       const at::Tensor& radii, const at::Tensor& colors,
+                                       const at::Tensor& opacities) {
+  sr::check_activation_outputs(radii, colors, opacities, /*cuda=*/true);
+  const int64_t n = radii.size(0);
+  const float* gm = sr::optional_grad(g_means, colors, "g_means", true);   // (N, 3) like colours
+  const float* gr = sr::optional_grad(g_radii, radii, "g_radii", true);
+  const float* gc = sr::optional_grad(g_colors, colors, "g_colors", true);
+  const float* go = sr::optional_grad(g_opacities, opacities, "g_opacities", true);
+  at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
+  if (n == 0) return g_rows;
+  const c10::cuda::CUDAGuard guard(radii.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  activate_backward_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      n, gm, gr, gc, go, radii.data_ptr<float>(), colors.data_ptr<float>(),
+      opacities.data_ptr<float>(), g_rows.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return g_rows;
+}
+
+// The schemas are in activation_cpu.cpp.
+TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
+  m.impl("activate_rows", &activate_rows_cuda);
+  m.impl("activate_rows_backward", &activate_rows_backward_cuda);
+}
