@@ -18,6 +18,7 @@
 namespace sr {
 
 constexpr int kRowCols = 8;   // xyz, log radius, rgb logits, opacity logit
+constexpr int kLogRadiusCol = 3;
 
 SR_ACT_HD float sigmoid_of(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -28,7 +29,7 @@ SR_ACT_HD void activate_row(int64_t i, const float* rows, float* means, float* r
   means[3 * i] = r[0];
   means[3 * i + 1] = r[1];
   means[3 * i + 2] = r[2];
-  radii[i] = expf(r[3]);
+  radii[i] = expf(r[kLogRadiusCol]);
   colors[3 * i] = sigmoid_of(r[4]);
   colors[3 * i + 1] = sigmoid_of(r[5]);
   colors[3 * i + 2] = sigmoid_of(r[6]);
