@@ -25,8 +25,7 @@ from typing import Optional
 import torch
 
 from . import _ext
-
-N_COLS = 8
+from .adam import N_COLS  # the packed row: xyz, log radius, rgb, opacity (raw values)
 
 
 def reference(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:

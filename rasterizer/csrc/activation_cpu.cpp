@@ -1,7 +1,7 @@
 // CPU twin of the map's parametrisation kernels (activation_cuda.cu; the model is in
 // rasterizer/activation.py, the per-row math in activation_math.h): rows in parallel, each row
-// independent; the radius' exp is PyTorch's (below). The ops' schemas are declared here (once for both libraries); activation_cuda.cu
-// registers the CUDA kernels.
+// independent; the radius' exp is PyTorch's (below). The ops' schemas are declared here (once for
+// both libraries); activation_cuda.cu registers the CUDA kernels.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -18,10 +18,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(con
   at::Tensor means = at::empty({n, 3}, f), radii = at::empty({n}, f), colors = at::empty({n, 3}, f),
              opacities = at::empty({n}, f);
   const float* r = rows.data_ptr<float>();
-  float *m = means.data_ptr<float>(), *ra = radii.data_ptr<float>(), *c = colors.data_ptr<float>(),
-        *o = opacities.data_ptr<float>();
+  float *m = means.data_ptr<float>(), *c = colors.data_ptr<float>(), *o = opacities.data_ptr<float>();
 #pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) sr::activate_row(i, r, m, ra, c, o);
+  for (int64_t i = 0; i < n; ++i) sr::activate_row_but_radius(i, r, m, c, o);
   // The radius' exp as PyTorch's own CPU exp takes it (the column as a strided view): libm's expf
   // and PyTorch's vectorised one differ by one ulp in ~1 % of values, and CPU runs, deterministic,
   // would drift from the same code's earlier results (on CUDA both are the device's expf).
@@ -33,17 +32,15 @@ at::Tensor activate_rows_backward_cpu(const at::Tensor& g_means, const at::Tenso
                                       const at::Tensor& g_colors, const at::Tensor& g_opacities,
                                       const at::Tensor& radii, const at::Tensor& colors,
                                       const at::Tensor& opacities) {
-  sr::check_activation_outputs(radii, colors, opacities, /*cuda=*/false);
+  const sr::ActivationGrads g =
+      sr::activation_grads(g_means, g_radii, g_colors, g_opacities, radii, colors, opacities, false);
   const int64_t n = radii.size(0);
-  const float* gm = sr::optional_grad(g_means, colors, "g_means", false);   // (N, 3) like colours
-  const float* gr = sr::optional_grad(g_radii, radii, "g_radii", false);
-  const float* gc = sr::optional_grad(g_colors, colors, "g_colors", false);
-  const float* go = sr::optional_grad(g_opacities, opacities, "g_opacities", false);
   at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
   const float *ra = radii.data_ptr<float>(), *c = colors.data_ptr<float>(), *o = opacities.data_ptr<float>();
   float* out = g_rows.data_ptr<float>();
 #pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) sr::activate_backward_row(i, gm, gr, gc, go, ra, c, o, out);
+  for (int64_t i = 0; i < n; ++i)
+    sr::activate_backward_row(i, g.means, g.radii, g.colors, g.opacities, ra, c, o, out);
   return g_rows;
 }
 

@@ -61,18 +61,15 @@ at::Tensor activate_rows_backward_cuda(const at::Tensor& g_means, const at::Tens
                                        const at::Tensor& g_colors, const at::Tensor& g_opacities,
                                        const at::Tensor& radii, const at::Tensor& colors,
                                        const at::Tensor& opacities) {
-  sr::check_activation_outputs(radii, colors, opacities, /*cuda=*/true);
+  const sr::ActivationGrads g =
+      sr::activation_grads(g_means, g_radii, g_colors, g_opacities, radii, colors, opacities, true);
   const int64_t n = radii.size(0);
-  const float* gm = sr::optional_grad(g_means, colors, "g_means", true);   // (N, 3) like colours
-  const float* gr = sr::optional_grad(g_radii, radii, "g_radii", true);
-  const float* gc = sr::optional_grad(g_colors, colors, "g_colors", true);
-  const float* go = sr::optional_grad(g_opacities, opacities, "g_opacities", true);
   at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
   if (n == 0) return g_rows;
   const c10::cuda::CUDAGuard guard(radii.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   activate_backward_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      n, gm, gr, gc, go, radii.data_ptr<float>(), colors.data_ptr<float>(),
+      n, g.means, g.radii, g.colors, g.opacities, radii.data_ptr<float>(), colors.data_ptr<float>(),
       opacities.data_ptr<float>(), g_rows.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return g_rows;

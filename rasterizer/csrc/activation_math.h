@@ -22,18 +22,25 @@ constexpr int kLogRadiusCol = 3;
 
 SR_ACT_HD float sigmoid_of(float x) { return 1.f / (1.f + expf(-x)); }
 
-// Row i of rows (N, 8) -> means (N, 3), radii (N,), colors (N, 3), opacities (N,).
-SR_ACT_HD void activate_row(int64_t i, const float* rows, float* means, float* radii, float* colors,
-                            float* opacities) {
+// Row i of rows (N, 8) -> means (N, 3), colors (N, 3), opacities (N,): all but the radius (the CPU
+// kernel takes that column's exp from PyTorch, activation_cpu.cpp).
+SR_ACT_HD void activate_row_but_radius(int64_t i, const float* rows, float* means, float* colors,
+                                       float* opacities) {
   const float* r = rows + i * kRowCols;
   means[3 * i] = r[0];
   means[3 * i + 1] = r[1];
   means[3 * i + 2] = r[2];
-  radii[i] = expf(r[kLogRadiusCol]);
   colors[3 * i] = sigmoid_of(r[4]);
   colors[3 * i + 1] = sigmoid_of(r[5]);
   colors[3 * i + 2] = sigmoid_of(r[6]);
   opacities[i] = sigmoid_of(r[7]);
+}
+
+// Row i of rows (N, 8) -> means (N, 3), radii (N,), colors (N, 3), opacities (N,).
+SR_ACT_HD void activate_row(int64_t i, const float* rows, float* means, float* radii, float* colors,
+                            float* opacities) {
+  activate_row_but_radius(i, rows, means, colors, opacities);
+  radii[i] = expf(rows[i * kRowCols + kLogRadiusCol]);
 }
 
 // Row i of the rows' gradient (N, 8) from the outputs' gradients (any of them null: zero) and the

@@ -157,26 +157,34 @@ inline void check_adam_args(const at::Tensor& params, const at::Tensor& exp_avg,
   TORCH_CHECK(lr.dim() == 1 && lr.size(0) == kAdamCols, "lr must have one entry per column");
 }
 
-// The map's parametrisation (activation_*.cpp / .cu): rows (N, 8); the forward's outputs; each
-// output gradient either empty (no gradient: read as 0) or the output's shape.
-inline void check_activation_outputs(const at::Tensor& radii, const at::Tensor& colors,
-                                     const at::Tensor& opacities, bool cuda) {
-  check_input(radii, "radii", cuda);
-  const int64_t n = radii.size(0);
-  check_input(colors, "colors", cuda, 3);
-  check_input(opacities, "opacities", cuda);
-  TORCH_CHECK(radii.dim() == 1 && opacities.dim() == 1 && colors.size(0) == n && opacities.size(0) == n,
-              "radii (N,), colors (N, 3) and opacities (N,) must have the same rows");
-}
+// The map's parametrisation's backward (activation_*.cpp / .cu): the forward's outputs radii (N,),
+// colors (N, 3), opacities (N,) checked, and each output's gradient as the kernels read it: nullptr
+// when empty (no gradient: read as 0), else checked against its output's shape.
+struct ActivationGrads {
+  const float *means, *radii, *colors, *opacities;
+};
 
-// An output's gradient as the kernels read it: nullptr when empty (no gradient), else checked
-// against the output's shape.
 inline const float* optional_grad(const at::Tensor& g, const at::Tensor& like, const char* name,
                                   bool cuda) {
   if (!g.defined() || g.numel() == 0) return nullptr;
   check_input(g, name, cuda);
   TORCH_CHECK(g.sizes() == like.sizes(), name, " must have the shape of its output");
   return g.data_ptr<float>();
+}
+
+inline ActivationGrads activation_grads(const at::Tensor& g_means, const at::Tensor& g_radii,
+                                        const at::Tensor& g_colors, const at::Tensor& g_opacities,
+                                        const at::Tensor& radii, const at::Tensor& colors,
+                                        const at::Tensor& opacities, bool cuda) {
+  check_input(radii, "radii", cuda);
+  const int64_t n = radii.size(0);
+  check_input(colors, "colors", cuda, 3);
+  check_input(opacities, "opacities", cuda);
+  TORCH_CHECK(radii.dim() == 1 && opacities.dim() == 1 && colors.size(0) == n && opacities.size(0) == n,
+              "radii (N,), colors (N, 3) and opacities (N,) must have the same rows");
+  return {optional_grad(g_means, colors, "g_means", cuda),   // (N, 3), as the colours
+          optional_grad(g_radii, radii, "g_radii", cuda), optional_grad(g_colors, colors, "g_colors", cuda),
+          optional_grad(g_opacities, opacities, "g_opacities", cuda)};
 }
 
 // A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the kernel's
