@@ -7,15 +7,18 @@ csrc/raster_cpu.cpp; kernels in csrc/raster_cpu.cpp and csrc/raster_cuda.cu), ta
 
 * ``forward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps)``
   -> ``[color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-  ranges (tiles,2) int32]``; ``depth = sum(w z) / max(alpha, eps)`` is normalised in the kernel.
+  ranges (tiles,2) int32, parts]``; ``depth = sum(w z) / max(alpha, eps)`` is normalised in the
+  kernel. ``parts``: for a backward that walks each tile's list in K parts at once (CUDA, when the
+  tiles are too few to fill the GPU), each pixel's state where parts 2..K begin, ``(K-1, 5, H, W)``
+  float32 (transmittance, then the colour and depth sums behind); empty for one part (the CPU).
 * ``forward_capped(..., depth_eps, capacity, room)``: the forward with its (tile, sphere) pair
   count M recorded in ``room`` ((2,) float64, written: [most pairs seen, overflowed 0/1]); on CUDA
   ``capacity > 0`` bins with room for that many pairs and no host wait (a render inside a CUDA
   graph; ids then has ``capacity`` entries, and on overflow the pairs beyond are dropped);
   ``capacity <= 0``, and every CPU call, bins exactly.
 * ``backward(means, radii, colors, opacities, background, fx, fy, cx, cy, width, height, eps,
-  ids, ranges, alpha, depth, last, g_color, g_depth, g_alpha, pixel_error, weight_sum, error_sum,
-  count)`` -> ``[g_means (N,3), g_radii (N,), g_colors (N,3), g_opacities (N,)]``. ``g_depth`` is
+  ids, ranges, alpha, depth, last, parts, g_color, g_depth, g_alpha, pixel_error, weight_sum,
+  error_sum, count)`` -> ``[g_means (N,3), g_radii (N,), g_colors (N,3), g_opacities (N,)]``. ``g_depth`` is
   the gradient of the normalised depth (the kernel applies the normalisation's backward per
   pixel); output gradients may be strided, an empty tensor means "no gradient"; the statistics
   buffers (empty: none; three distinct tensors, as the schema marks each one written) are added
@@ -52,20 +55,20 @@ class TiledRaster(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.kind, ctx.cam, ctx.size, ctx.stats = kind, cam, (width, height), stats
         if room is None:
-            color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward(
+            color, depth, alpha, last, ids, ranges, parts = _ext.ops(kind).forward(
                 means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS)
         else:
-            color, depth, alpha, last, ids, ranges = _ext.ops(kind).forward_capped(
+            color, depth, alpha, last, ids, ranges, parts = _ext.ops(kind).forward_capped(
                 means, radii, colors, opacities, background, *cam, width, height, DEPTH_EPS,
                 room.capacity or 0, room.counts)
         ctx.save_for_backward(means, radii, colors, opacities, background, alpha, depth, last,
-                              ids, ranges)
+                              ids, ranges, parts)
         return color, depth, alpha
 
     @staticmethod
     def backward(ctx, g_color, g_depth, g_alpha):
         (means, radii, colors, opacities, background, alpha, depth, last, ids,
-         ranges) = ctx.saved_tensors
+         ranges, parts) = ctx.saved_tensors
         empty = means.new_empty(0)
         stats = ctx.stats
         if stats is not None:
@@ -77,7 +80,7 @@ class TiledRaster(torch.autograd.Function):
         g_color, g_depth, g_alpha = (empty if g is None else g for g in (g_color, g_depth, g_alpha))
         g_means, g_radii, g_colors, g_opac = _ext.ops(ctx.kind).backward(
             means, radii, colors, opacities, background, *ctx.cam, *ctx.size, DEPTH_EPS, ids,
-            ranges, alpha, depth, last, g_color, g_depth, g_alpha, err, sw, se, sn)
+            ranges, alpha, depth, last, parts, g_color, g_depth, g_alpha, err, sw, se, sn)
         return None, None, None, None, None, None, g_means, g_radii, g_colors, g_opac, None
 
 

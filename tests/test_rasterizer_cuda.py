@@ -50,6 +50,20 @@ def test_long_tile_lists(n, every_tile):
     compare(s, "cpu", "cuda", "cpu", "cuda")
 
 
+@pytest.mark.parametrize("opacity", [(0.01, 0.05), (0.6, 1.0)], ids=["translucent", "opaque"])
+def test_backward_in_parts_equals_one_walk(opacity, monkeypatch):
+    """Each tile's list replayed in 1, 2 or 4 parts at once (SPHERE_RENDER_PARTS; raster_cuda.cu
+    parts_for), each from the state the forward saved where the part behind it begins, gives the
+    CPU kernel's gradients and statistics: translucent spheres leave transmittance for the back of
+    long lists (every part counts), opaque ones stop the pixels part-way (the parts behind a stop
+    must add nothing). Long lists over 12 tiles, and one tile of 5 spheres (a part left empty)."""
+    s = random_scene(3000, 64, 48, seed=31, r=(0.05, 0.3), opacity=opacity)
+    for k in ("1", "2", "4"):
+        monkeypatch.setenv("SPHERE_RENDER_PARTS", k)
+        compare(s, "cpu", "cuda", "cpu", "cuda")
+        compare(random_scene(5, 16, 16, seed=32, opacity=opacity), "cpu", "cuda", "cpu", "cuda")
+
+
 def test_all_spheres_culled():
     # N > 0 but no (tile, sphere) pair: behind the camera, beyond the far plane, off-screen
     s = random_scene(6, 24, 18, seed=5)

@@ -89,8 +89,10 @@ sr_cpu::Bins sr_cpu::bin_spheres(const float* mp, const float* rp, int64_t n,
 }
 
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
-// pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
+//          ranges (tiles,2) int32, parts (0,)]; depth = sum w z / max(alpha, depth_eps) (metres).
+// `last` is each pixel's last blended list position + 1; the backward recovers T_final = 1 - alpha.
+// `parts` is empty: the CPU backward walks each tile's list in one part (the CUDA forward's saves
+// the pixels' state where its backward's parts begin, raster_cuda.cu).
 std::vector<at::Tensor> forward_cpu(const at::Tensor& means, const at::Tensor& radii,
                                     const at::Tensor& colors, const at::Tensor& opacities,
                                     const at::Tensor& background, double fx, double fy, double cx,
@@ -186,7 +188,7 @@ std::vector<at::Tensor> forward_cpu(const at::Tensor& means, const at::Tensor& r
         }
     }
   }
-  return {color_t, depth_t, alpha_t, last_t, ids_t, ranges_t};
+  return {color_t, depth_t, alpha_t, last_t, ids_t, ranges_t, at::empty({0}, means.options())};
 }
 
 // The forward with its pair count M recorded in `room` ((2,) float64: [most pairs seen,
@@ -215,14 +217,14 @@ constexpr int kRec = 11;
 // Returns [grad_means (N,3), grad_radii (N,), grad_colors (N,3), grad_opacities (N,)] and adds
 // the statistics into stat_w / stat_e / stat_n when they are non-empty. g_depth is the gradient of
 // the normalised depth (`depth`, the forward's); the output gradients may be strided, and an empty
-// one means no gradient.
+// one means no gradient. `parts` (the forward's; empty on the CPU) is not read: one part per tile.
 std::vector<at::Tensor> backward_cpu(
     const at::Tensor& means, const at::Tensor& radii, const at::Tensor& colors,
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
     double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids_t,
     const at::Tensor& ranges_t, const at::Tensor& alpha_t, const at::Tensor& depth_t,
-    const at::Tensor& last_t, const at::Tensor& g_color, const at::Tensor& g_depth,
-    const at::Tensor& g_alpha, const at::Tensor& pixel_err_t, at::Tensor stat_w,
+    const at::Tensor& last_t, const at::Tensor& /*parts*/, const at::Tensor& g_color,
+    const at::Tensor& g_depth, const at::Tensor& g_alpha, const at::Tensor& pixel_err_t, at::Tensor stat_w,
     at::Tensor stat_e, at::Tensor stat_n) {
   const sr::Camera cam = sr::make_camera(fx, fy, cx, cy, width, height);
   const float eps = (float)depth_eps;
@@ -367,7 +369,7 @@ TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
         "Tensor(a!) room) -> Tensor[]");
   m.def("backward(Tensor means, Tensor radii, Tensor colors, Tensor opacities, Tensor background, "
         "float fx, float fy, float cx, float cy, int width, int height, float depth_eps, Tensor ids, "
-        "Tensor ranges, Tensor alpha, Tensor depth, Tensor last, Tensor g_color, Tensor g_depth, "
+        "Tensor ranges, Tensor alpha, Tensor depth, Tensor last, Tensor parts, Tensor g_color, Tensor g_depth, "
         "Tensor g_alpha, Tensor pixel_error, Tensor(a!) weight_sum, Tensor(b!) error_sum, "
         "Tensor(c!) count) -> Tensor[]");
 }

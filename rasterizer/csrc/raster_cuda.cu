@@ -13,7 +13,10 @@
 //   forward at 1M spheres 640x480 0.63 -> 1.77 ms, 200k 0.39 -> 0.53; fwd+bwd of a 7-Scenes map
 //   at 320x240 no faster).
 // backward: per-tile back-to-front replay from each pixel's last blended sphere (per warp, from the
-//   warp's furthest last sphere); the depth normalisation's backward per pixel at load
+//   warp's furthest last sphere); when the tiles are too few to fill the GPU (parts_for), each
+//   tile's list in 2 or 4 consecutive parts replayed at once, one block each, a part starting from
+//   the state the forward saved where the part behind it begins (transmittance, and the colour and
+//   depth sums behind: the replay's R); the depth normalisation's backward per pixel at load
 //   (sr::load_pixel_grads); per (pixel, sphere) the splat-space gradients (sr::alpha_backward:
 //   centre u v, s2, opacity; plus the direct depth and the colour gradients), reduced per sphere
 //   and warp before one atomic per value and warp (pruner statistics alongside); then
@@ -25,6 +28,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <climits>
+#include <cstdlib>
 #include <vector>
 
 #include "raster_cuda.h"
@@ -46,7 +51,29 @@ constexpr int kBwdBlocksPerSM = 1280 / kBlock;
 
 #define SR_CHECK_CUDA() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
-// out_depth: the normalised expected depth sum(w z) / max(alpha, depth_eps).
+// Part `part` of K of a tile's list [range.x, range.y): [start, end) positions, K equal consecutive
+// parts (the last ones empty when the list is shorter than K). The forward and the backward agree
+// on these.
+struct ListPart {
+  int start, end;
+  __device__ __forceinline__ ListPart(int2 range, int part, int parts) {
+    const int len = (range.y - range.x + parts - 1) / parts;
+    start = min(range.x + part * len, range.y);
+    end = min(start + len, range.y);
+  }
+};
+
+// The pixel's state at a part's start, saved by the forward for the backward's parts (PARTS > 1):
+// the transmittance there and the colour and depth sums in front of it.
+struct PartStart {
+  float T, c0, c1, c2, d;
+};
+
+// out_depth: the normalised expected depth sum(w z) / max(alpha, depth_eps). PARTS > 1: out_parts
+// ((PARTS-1, 5, H, W)) gets, where parts 2..PARTS of the tile's list begin (ListPart), the pixel's
+// transmittance and the colour and depth sums behind that point (the backward's start of the part
+// in front: raster_bwd_kernel); a pixel that stopped in front has its final state there.
+template <int PARTS>
 __global__ void __launch_bounds__(kBlock)
     raster_fwd_kernel(sr::Camera cam, const int2* __restrict__ ranges,
                       const int32_t* __restrict__ ids, const float4* __restrict__ splats,
@@ -54,10 +81,11 @@ __global__ void __launch_bounds__(kBlock)
                       const float* __restrict__ opac, const float* __restrict__ background,
                       float depth_eps, float* __restrict__ out_color,
                       float* __restrict__ out_depth, float* __restrict__ out_alpha,
-                      int32_t* __restrict__ out_last) {
+                      int32_t* __restrict__ out_last, float* __restrict__ out_parts) {
   __shared__ float4 s_geo[kBlock];
   __shared__ float4 s_col[kBlock];  // c0 c1 c2 opacity
   __shared__ float s_z[kBlock];
+  constexpr int NB = PARTS > 1 ? PARTS - 1 : 1;  // part starts saved (PARTS > 1)
   const int tile = blockIdx.x;
   const int tid = threadIdx.x;
   const sr_cuda::TilePixel<kRenderTile> pix(cam, tile, tid);
@@ -65,6 +93,9 @@ __global__ void __launch_bounds__(kBlock)
   const int2 range = ranges[tile];
   const float fpx = (float)pix.px, fpy = (float)pix.py;
   float T = 1.f, c0 = 0.f, c1 = 0.f, c2 = 0.f, d = 0.f;
+  PartStart at[NB];
+  int passed = 0;  // part starts passed; the next one is at list position `next`
+  int next = PARTS > 1 ? ListPart(range, 1, PARTS).start : INT_MAX;
   int32_t last = range.x;
   bool done = !inside;
   for (int b0 = range.x; b0 < range.y; b0 += kBlock) {
@@ -75,20 +106,32 @@ __global__ void __launch_bounds__(kBlock)
     }
     __syncthreads();
     const int cnt = min(kBlock, range.y - b0);
-    for (int j = 0; !done && j < cnt; ++j) {
-      const float4 g = s_geo[j];
-      const float4 c = s_col[j];
-      float a, G, du, dv, w;
-      if (!sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv)) continue;
-      if (!sr::blend_step(a, T, w)) {
-        done = true;
-        break;
+    // the batch in runs up to the next part start (no test in the blending loop: it cost the
+    // forward a fifth); starts clipped to range.y are never reached here
+    for (int j = 0; !done && j < cnt;) {
+      const int run_end = min(cnt, next - b0);
+      for (; j < run_end; ++j) {
+        const float4 g = s_geo[j];
+        const float4 c = s_col[j];
+        float a, G, du, dv, w;
+        if (!sr::eval_alpha(fpx, fpy, sr::Splat{g.x, g.y, g.z, g.w}, c.w, a, G, du, dv)) continue;
+        if (!sr::blend_step(a, T, w)) {
+          done = true;
+          break;
+        }
+        c0 += w * c.x;
+        c1 += w * c.y;
+        c2 += w * c.z;
+        d += w * s_z[j];
+        last = b0 + j + 1;
       }
-      c0 += w * c.x;
-      c1 += w * c.y;
-      c2 += w * c.z;
-      d += w * s_z[j];
-      last = b0 + j + 1;
+      if (PARTS > 1 && !done && j < cnt) {  // at the part start `next`
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          if (b == passed) at[b] = PartStart{T, c0, c1, c2, d};
+        ++passed;
+        next = passed < PARTS - 1 ? ListPart(range, passed + 1, PARTS).start : INT_MAX;
+      }
     }
   }
   if (!inside) return;
@@ -100,6 +143,19 @@ __global__ void __launch_bounds__(kBlock)
   out_depth[p] = sr::normalise_depth(d, alpha, depth_eps);
   out_alpha[p] = alpha;
   out_last[p] = last;
+  if (PARTS > 1) {
+    const size_t hw = (size_t)cam.width * cam.height;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const PartStart a = b < passed ? at[b] : PartStart{T, c0, c1, c2, d};  // not reached: final
+      float* o = out_parts + 5 * b * hw + p;
+      o[0] = a.T;
+      o[hw] = c0 - a.c0;
+      o[2 * hw] = c1 - a.c1;
+      o[3 * hw] = c2 - a.c2;
+      o[4 * hw] = d - a.d;
+    }
+  }
 }
 
 __device__ __forceinline__ int warp_max(int v) {
@@ -115,10 +171,14 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
                       const float* __restrict__ radii, const float* __restrict__ colors,
                       const float* __restrict__ opac, const float* __restrict__ background,
                       const float* __restrict__ alpha_img, const float* __restrict__ depth_img,
-                      float depth_eps, const int32_t* __restrict__ last, sr::GradImages gi,
+                      float depth_eps, const int32_t* __restrict__ last,
+                      const float* __restrict__ part_starts, int parts, sr::GradImages gi,
                       const float* __restrict__ pixel_err, int n, float* __restrict__ g_buf,
                       float* __restrict__ st_w, float* __restrict__ st_e,
                       float* __restrict__ st_n) {
+  // One block per (tile, part): block b replays part b / tiles of tile b % tiles' list (ListPart),
+  // from the pixel's state at the part's end: the forward's final state for the last part, the
+  // state the forward saved where the next part begins (part_starts) for the others.
   // g_buf layout: [gu gv gz per sphere 3N | gs2 N | grad colors 3N | grad opacities N]: the
   // splat-space sums; project_backward_kernel turns the first 4N into grad means and radii.
   __shared__ float4 s_geo[kBlock];  // u v ia ic
@@ -128,14 +188,15 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
   __shared__ int s_warp_last[kBlock / 32];
   constexpr int NV = STATS ? 16 : 8;  // 11 values with statistics, padded to 16
   constexpr int kGroup = 32 / NV;
-  const int tile = blockIdx.x;
+  const int n_tiles = cam.tiles_x * cam.tiles_y;
+  const int tile = blockIdx.x % n_tiles, part = blockIdx.x / n_tiles;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const sr_cuda::TilePixel<kRenderTile> pix(cam, tile, tid);
   const bool inside = pix.inside(cam);
   const int px = pix.px, py = pix.py;
-  const int2 range = ranges[tile];
-  if (range.x == range.y) return;  // uniform per block
+  const ListPart list(ranges[tile], part, parts);
+  if (list.start == list.end) return;  // uniform per block
   const int p = py * cam.width + px;
   const float fpx = (float)px, fpy = (float)py;
 
@@ -165,15 +226,21 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
     }
   }
 
-  int32_t my_last = range.x;
+  int32_t my_last = list.start;  // the pixel's last contributor in this part + 1
   float T = 1.f, R = 0.f, gc0 = 0.f, gc1 = 0.f, gc2 = 0.f, gd = 0.f, e = 0.f;
   if (inside) {
-    my_last = last[p];
+    my_last = min(last[p], list.end);
     const float A = alpha_img[p];
     T = 1.f - A;
     float ga;
     sr::load_pixel_grads(gi, px, py, A, depth_img, p, depth_eps, gc0, gc1, gc2, gd, ga);
     R = T * (gc0 * background[0] + gc1 * background[1] + gc2 * background[2] - ga);
+    if (part < parts - 1 && my_last > list.start) {  // R: + what the parts behind blended
+      const size_t hw = (size_t)cam.width * cam.height;
+      const float* at = part_starts + 5 * part * hw + p;
+      T = at[0];
+      R += gc0 * at[hw] + gc1 * at[2 * hw] + gc2 * at[3 * hw] + gd * at[4 * hw];
+    }
     if (STATS && pixel_err != nullptr) e = pixel_err[p];
   }
   // Nothing past the block's furthest last contributor needs replaying, and nothing past the
@@ -185,8 +252,8 @@ __global__ void __launch_bounds__(kBlock, kBwdBlocksPerSM)
 #pragma unroll
   for (int w = 1; w < kBlock / 32; ++w) block_last = max(block_last, s_warp_last[w]);
 
-  for (int b_end = block_last; b_end > range.x; b_end -= kBlock) {
-    const int cnt = min(kBlock, b_end - range.x);
+  for (int b_end = block_last; b_end > list.start; b_end -= kBlock) {
+    const int cnt = min(kBlock, b_end - list.start);
     __syncthreads();  // the previous batch is no longer read
     if (tid < cnt) {
       const int k = b_end - 1 - tid;
@@ -262,6 +329,21 @@ void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, nam
 
 using sr_cuda::blocks_for;
 
+// Parts the backward walks each tile's list in (1, 2 or 4; one block per tile and part): the fewest
+// that give the backward as many blocks as the GPU holds at once (its SMs x kBwdBlocksPerSM), so a
+// small image's few tiles do not leave SMs idle while each block replays a long list alone (H100,
+// 320x240: 300 tiles, 2.3 blocks an SM). SPHERE_RENDER_PARTS=1|2|4 overrides it (tests,
+// benchmarks). The forward decides, for the backward of its render.
+int parts_for(int n_tiles, int device) {
+  const char* env = std::getenv("SPHERE_RENDER_PARTS");  // read per call: tests switch it
+  const int forced = env == nullptr ? 0 : std::atoi(env);
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  const long long room = (long long)sr_cuda::sm_count(device) * kBwdBlocksPerSM;
+  for (int k = 1; k < 4; k *= 2)
+    if ((long long)n_tiles * k >= room) return k;
+  return 4;
+}
+
 }  // namespace
 
 namespace {
@@ -292,20 +374,28 @@ std::vector<at::Tensor> forward_impl(const at::Tensor& means, const at::Tensor& 
   at::Tensor depth = at::empty({height, width}, opt);
   at::Tensor alpha = at::empty({height, width}, opt);
   at::Tensor last = at::empty({height, width}, iopt);
-  raster_fwd_kernel<<<n_tiles, kBlock, 0, stream>>>(
-      cam, ranges_p, ids.data_ptr<int32_t>(), splats, means.data_ptr<float>(),
-      colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
-      (float)depth_eps, color.data_ptr<float>(), depth.data_ptr<float>(), alpha.data_ptr<float>(),
-      last.data_ptr<int32_t>());
+  const int parts = parts_for(n_tiles, means.get_device());
+  at::Tensor part_starts = parts > 1 ? at::empty({parts - 1, 5, height, width}, opt) : at::empty({0}, opt);
+  auto launch = [&](auto kernel) {
+    kernel<<<n_tiles, kBlock, 0, stream>>>(
+        cam, ranges_p, ids.data_ptr<int32_t>(), splats, means.data_ptr<float>(),
+        colors.data_ptr<float>(), opacities.data_ptr<float>(), background.data_ptr<float>(),
+        (float)depth_eps, color.data_ptr<float>(), depth.data_ptr<float>(), alpha.data_ptr<float>(),
+        last.data_ptr<int32_t>(), parts > 1 ? part_starts.data_ptr<float>() : nullptr);
+  };
+  if (parts == 4) launch(raster_fwd_kernel<4>);
+  else if (parts == 2) launch(raster_fwd_kernel<2>);
+  else launch(raster_fwd_kernel<1>);
   SR_CHECK_CUDA();
-  return {color, depth, alpha, last, ids, ranges};
+  return {color, depth, alpha, last, ids, ranges, part_starts};
 }
 
 }  // namespace
 
 // Returns [color (H,W,3), depth (H,W), alpha (H,W), last (H,W) int32, ids (M,) int32,
-//          ranges (tiles,2) int32]; depth = sum w z / max(alpha, depth_eps) (metres). `last` is each
-// pixel's last blended list position + 1. One host wait (the pair count, in bin_spheres).
+//          ranges (tiles,2) int32, part_starts]; depth = sum w z / max(alpha, depth_eps) (metres).
+// `last` is each pixel's last blended list position + 1; part_starts: (K-1, 5, H, W) float32 for a
+// backward in K parts (parts_for), empty for one. One host wait (the pair count, in bin_spheres).
 std::vector<at::Tensor> forward_cuda(const at::Tensor& means, const at::Tensor& radii,
                                      const at::Tensor& colors, const at::Tensor& opacities,
                                      const at::Tensor& background, double fx, double fy, double cx,
@@ -346,7 +436,7 @@ std::vector<at::Tensor> backward_cuda(
     const at::Tensor& opacities, const at::Tensor& background, double fx, double fy, double cx,
     double cy, int64_t width, int64_t height, double depth_eps, const at::Tensor& ids,
     const at::Tensor& ranges, const at::Tensor& alpha, const at::Tensor& depth,
-    const at::Tensor& last, const at::Tensor& g_color, const at::Tensor& g_depth,
+    const at::Tensor& last, const at::Tensor& part_starts, const at::Tensor& g_color, const at::Tensor& g_depth,
     const at::Tensor& g_alpha, const at::Tensor& pixel_err, at::Tensor stat_w, at::Tensor stat_e,
     at::Tensor stat_n) {
   const sr::GradImages gi = sr::grad_images(g_color, g_depth, g_alpha, width, height, true);
@@ -373,13 +463,21 @@ std::vector<at::Tensor> backward_cuda(
   }
   const bool with_err = stats && pixel_err.numel() == width * height;
   if (with_err) check_input(pixel_err, "stats.pixel_error");
+  // the forward's part starts: K - 1 of them, or none (one part)
+  const int parts = part_starts.numel() == 0 ? 1 : (int)part_starts.size(0) + 1;
+  if (parts > 1) {
+    check_input(part_starts, "part_starts");
+    TORCH_CHECK(part_starts.dim() == 4 && (parts == 2 || parts == 4) && part_starts.size(1) == 5 &&
+                    part_starts.size(2) == height && part_starts.size(3) == width,
+                "part_starts: expected (1 or 3, 5, ", height, ", ", width, "), got ", part_starts.sizes());
+  }
   auto launch = [&](auto kernel) {
-    kernel<<<n_tiles, kBlock, 0, stream>>>(
+    kernel<<<n_tiles * parts, kBlock, 0, stream>>>(
         cam, reinterpret_cast<const int2*>(ranges.data_ptr<int32_t>()), ids.data_ptr<int32_t>(),
         means.data_ptr<float>(), radii.data_ptr<float>(), colors.data_ptr<float>(),
         opacities.data_ptr<float>(), background.data_ptr<float>(), alpha.data_ptr<float>(),
         depth.data_ptr<float>(), (float)depth_eps, last.data_ptr<int32_t>(),
-        gi, with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
+        parts > 1 ? part_starts.data_ptr<float>() : nullptr, parts, gi, with_err ? pixel_err.data_ptr<float>() : nullptr, n, buf.data_ptr<float>(),
         stats ? stat_w.data_ptr<float>() : nullptr, stats ? stat_e.data_ptr<float>() : nullptr,
         stats ? stat_n.data_ptr<float>() : nullptr);
   };
