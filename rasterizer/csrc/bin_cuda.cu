@@ -24,6 +24,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include <cub/cub.cuh>
 
@@ -338,6 +339,15 @@ int sr_cuda::sm_count(int device) {
     counts[device].store(sms, std::memory_order_relaxed);
   }
   return sms;
+}
+
+int sr_cuda::parts_to_fill(long long units, long long room, const char* env) {
+  const char* forced_s = std::getenv(env);
+  const int forced = forced_s == nullptr ? 0 : std::atoi(forced_s);
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  for (int k = 1; k < 4; k *= 2)
+    if (units * k >= room) return k;
+  return 4;
 }
 
 sr_cuda::Bins sr_cuda::bin_spheres(const at::Tensor& means, const at::Tensor& radii,

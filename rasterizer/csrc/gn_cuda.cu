@@ -25,7 +25,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include "gn_math.h"
@@ -276,18 +275,12 @@ __global__ void __launch_bounds__(kBlock * K, DERIV ? kGnBlocksPerSM / K : 1)
 }
 
 // Segments per tile block (1, 2 or 4): the fewest that give the launch as many threads as the
-// GPU holds at once (its SMs x kGnThreadsPerSM), so a small image's few tiles do not leave the SMs
-// idle while each pixel walks a long list alone (latency-bound: on an H200 a 160x120 level's 300
-// tiles took 1.7x as long as a 320x240 level's 1200, docs/benchmarks.md#tracker-profile).
-// SPHERE_GN_SEGMENTS=1|2|4 overrides it (tests, benchmarks).
+// GPU holds at once (its SMs x kGnThreadsPerSM; sr_cuda::parts_to_fill): on an H200 a 160x120
+// level's 300 tiles took 1.7x as long as a 320x240 level's 1200 walked whole
+// (docs/benchmarks.md#tracker-profile). SPHERE_GN_SEGMENTS=1|2|4 forces it.
 int segments_for(int n_tiles, int device) {
-  const char* env = std::getenv("SPHERE_GN_SEGMENTS");  // read per call: tests switch it
-  const int forced = env == nullptr ? 0 : std::atoi(env);
-  if (forced == 1 || forced == 2 || forced == 4) return forced;
-  const long long room = (long long)sr_cuda::sm_count(device) * kGnThreadsPerSM;
-  for (int k = 1; k < 4; k *= 2)
-    if ((long long)n_tiles * kBlock * k >= room) return k;
-  return 4;
+  return sr_cuda::parts_to_fill((long long)n_tiles * kBlock,
+                                (long long)sr_cuda::sm_count(device) * kGnThreadsPerSM, "SPHERE_GN_SEGMENTS");
 }
 
 // The pass proper: zero `out` (kGnValues float64, device), pose Jacobian, binning (exact, or

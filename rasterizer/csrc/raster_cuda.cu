@@ -29,7 +29,6 @@
 #include <torch/library.h>
 
 #include <climits>
-#include <cstdlib>
 #include <vector>
 
 #include "raster_cuda.h"
@@ -330,18 +329,12 @@ void check_input(const at::Tensor& t, const char* name) { sr::check_input(t, nam
 using sr_cuda::blocks_for;
 
 // Parts the backward walks each tile's list in (1, 2 or 4; one block per tile and part): the fewest
-// that give the backward as many blocks as the GPU holds at once (its SMs x kBwdBlocksPerSM), so a
-// small image's few tiles do not leave SMs idle while each block replays a long list alone (H100,
-// 320x240: 300 tiles, 2.3 blocks an SM). SPHERE_RENDER_PARTS=1|2|4 overrides it (tests,
-// benchmarks). The forward decides, for the backward of its render.
+// that give the backward as many blocks as the GPU holds at once (its SMs x kBwdBlocksPerSM;
+// sr_cuda::parts_to_fill); H100, 320x240: 300 tiles, 2.3 blocks an SM walked whole.
+// SPHERE_RENDER_PARTS=1|2|4 forces it. The forward decides, for the backward of its render.
 int parts_for(int n_tiles, int device) {
-  const char* env = std::getenv("SPHERE_RENDER_PARTS");  // read per call: tests switch it
-  const int forced = env == nullptr ? 0 : std::atoi(env);
-  if (forced == 1 || forced == 2 || forced == 4) return forced;
-  const long long room = (long long)sr_cuda::sm_count(device) * kBwdBlocksPerSM;
-  for (int k = 1; k < 4; k *= 2)
-    if ((long long)n_tiles * k >= room) return k;
-  return 4;
+  return sr_cuda::parts_to_fill(n_tiles, (long long)sr_cuda::sm_count(device) * kBwdBlocksPerSM,
+                                "SPHERE_RENDER_PARTS");
 }
 
 }  // namespace

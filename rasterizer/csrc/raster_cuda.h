@@ -42,4 +42,11 @@ inline int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) /
 // launch shapes of bin_spheres and the Gauss-Newton pass follow it).
 int sm_count(int device);
 
+// The fewest parts K (1, 2 or 4) to split each work item of a launch into so that `units` x K
+// reach `room` (what the GPU holds at once), else 4: a small image's few tiles then do not leave
+// SMs idle while each block walks a long list alone (the Gauss-Newton pass's segments, gn_cuda.cu,
+// and the render backward's parts, raster_cuda.cu). The environment variable `env` = 1|2|4 forces
+// K (tests, benchmarks; read per call, so tests can switch it).
+int parts_to_fill(long long units, long long room, const char* env);
+
 }  // namespace sr_cuda
