@@ -11,11 +11,11 @@ N_A = re.compile(r"n/a(?! \()")           # an n/a without a reason in parenthes
 
 
 @pytest.fixture(scope="module")
-def no_gt_metrics(tmp_path_factory, sample_run):
-    """metrics of a short sequential CPU run on a generated sequence without ground truth."""
+def no_gt_result(tmp_path_factory, sample_run):
+    """(RunResult, source stats) of a short sequential CPU run on a generated sequence without
+    ground truth."""
     from slam.config import load_config
     from slam.data.sources import open_source
-    from slam.output.metrics import collect_metrics
     from slam.runtime.system import SlamSystem
     seq = write_tum_sequence(tmp_path_factory.mktemp("nogt") / "seq", n=5, gt=False)
     cfg = load_config("default.yaml", [f"data.path={seq}", "system.threaded=false", "system.device=cpu",
@@ -23,7 +23,30 @@ def no_gt_metrics(tmp_path_factory, sample_run):
     source = open_source(cfg.data)
     system = SlamSystem(cfg)
     system.run(source)
-    return collect_metrics(system.result(), source.stats, eval_images_every=None)
+    return system.result(), source.stats
+
+
+@pytest.fixture(scope="module")
+def no_gt_metrics(no_gt_result):
+    """metrics of that run."""
+    from slam.output.metrics import collect_metrics
+    return collect_metrics(*no_gt_result, eval_images_every=None)
+
+
+def test_a_failing_evaluation_is_recorded_and_the_other_metrics_stay(no_gt_result, monkeypatch, tmp_path):
+    import slam.output.metrics as metrics
+
+    def broken(*args, **kwargs):
+        raise ValueError("broken on purpose")
+    for name in ("trajectory_metrics", "keyframe_consistency", "image_metrics"):
+        monkeypatch.setattr(metrics, name, broken)
+    result, stats = no_gt_result
+    m = metrics.collect_metrics(result, stats, eval_images_every=1)
+    assert m["trajectory_error"] == "ValueError: broken on purpose"
+    assert m["images_error"] == "ValueError: broken on purpose"
+    assert "keyframe_depth_consistency" not in m and "revisit_depth_consistency" in m
+    assert m["frames"] == 5 and m["keyframes"] >= 1 and m["spheres"] > 0
+    assert "evaluation failed: ValueError: broken on purpose" in summary_text(m, tmp_path)
 
 
 def test_a_run_without_ground_truth_says_why_each_figure_is_missing(no_gt_metrics, tmp_path):

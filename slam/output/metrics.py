@@ -139,9 +139,16 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
     ``evaluate_trajectory=False`` skips ATE/RPE and the silent failures (partial metrics)."""
     rec = result.recorder
     frames, mapping, counts = rec.snapshot()
-    track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
-    map_ms = np.array([m.ms for m in mapping]) if mapping else np.zeros(0)
-    m: dict = {
+    m = {**_run_summary(result, frames, source_stats), **_speed(result, frames, mapping),
+         **_tracking_outcome(frames), **_map_and_memory(result, mapping, counts)}
+    _add_evaluations(m, result, frames, eval_images_every, evaluate_trajectory)
+    return m
+
+
+def _run_summary(result: RunResult, frames, source_stats) -> dict:
+    """Why the run stopped, where it ran, its frames and keyframes, the input's skipped frames."""
+    rec = result.recorder
+    return {
         "stop_reason": rec.stop_reason,
         "device": str(result.device),
         "frames": len(frames),
@@ -151,6 +158,16 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "skip_reasons": list(getattr(source_stats, "skip_reasons", [])[:20]) if source_stats is not None else [],
         "wall_s": rec.wall_s,
         "final_refine_s": rec.refine_s,
+    }
+
+
+def _speed(result: RunResult, frames, mapping) -> dict:
+    """Frame rates, the tracker's waits, the run's timeline and the per-frame and per-stage costs."""
+    rec = result.recorder
+    track_ms = np.array([f.track_ms for f in frames]) if frames else np.zeros(0)
+    map_ms = np.array([m.ms for m in mapping]) if mapping else np.zeros(0)
+    prof = result.tracking_profile
+    return {
         # Whole-system rate over the stream (tracking + mapping threads, queues, I/O); the final
         # refinement after the last frame is reported separately, not counted in the rate.
         "fps_system": len(frames) / (rec.wall_s - rec.refine_s) if rec.wall_s > rec.refine_s and frames else None,
@@ -168,12 +185,9 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "per_tracked_frame": {
             "renders": float(np.mean([f.renders for f in frames])) if frames else None,
             "host_ms": float(np.nanmean([f.host_ms for f in frames])) if frames else None,
-            **({"gpu_ms": result.tracking_profile["gpu_ms"], "launches": result.tracking_profile["launches"],
-                "host_launches": result.tracking_profile["host_launches"],
-                "host_waits": result.tracking_profile["host_waits"],
-                "profiled_host_wait_ms": result.tracking_profile["host_wait_ms"],
-                "profiled_replays": result.tracking_profile["frames"],
-                "profiled_host_ms": result.tracking_profile["host_ms"]} if result.tracking_profile else {}),
+            **({"gpu_ms": prof["gpu_ms"], "launches": prof["launches"], "host_launches": prof["host_launches"],
+                "host_waits": prof["host_waits"], "profiled_host_wait_ms": prof["host_wait_ms"],
+                "profiled_replays": prof["frames"], "profiled_host_ms": prof["host_ms"]} if prof else {}),
         },
         "stage_ms": {
             "tracking_mean": float(track_ms.mean()) if track_ms.size else None,
@@ -182,13 +196,26 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
             "mapping_total": float(map_ms.sum()),
             "loop_per_keyframe": (result.loop or {}).get("ms_per_keyframe"),
         },
-        # keyframes where a step graph's render ran out of pair room (slam/mapping/step_graph.py)
-        "mapping_pair_overflows": sum(1 for m in mapping if m.pair_overflow),
+    }
+
+
+def _tracking_outcome(frames) -> dict:
+    """Frames flagged and recovered, why, the re-initialisations and the quality test's figures."""
+    return {
         "tracking_failures": sum(1 for f in frames if not f.ok),
         "tracking_recoveries": sum(1 for f in frames if f.recovered),
         "failure_reasons": _reasons(frames),
         "reinit": _reinit_summary(frames),
         "quality": _quality_summary(frames),
+    }
+
+
+def _map_and_memory(result: RunResult, mapping, counts) -> dict:
+    """The map (spheres, budget, pruning), the other threads' summaries and the memory figures."""
+    rec = result.recorder
+    return {
+        # keyframes where a step graph's render ran out of pair room (slam/mapping/step_graph.py)
+        "mapping_pair_overflows": sum(1 for m in mapping if m.pair_overflow),
         "spheres": result.spheres,
         "sphere_budget": result.sphere_budget,
         "max_spheres_seen": result.max_spheres_seen,
@@ -209,30 +236,34 @@ def collect_metrics(result: RunResult, source_stats=None, eval_images_every: Opt
         "peak_rss_mb": peak_rss_mb(),
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(result.device) / 1e6) if result.device.type == "cuda" else None,
     }
-    # Evaluation must never cost the run its outputs: a failure here is recorded, not raised.
-    try:
-        if evaluate_trajectory:
-            m.update(trajectory_metrics(frames))
-    except Exception as exc:  # noqa: BLE001
-        log.error("trajectory evaluation failed: %s: %s", type(exc).__name__, exc)
-        m["trajectory_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _add_evaluations(m: dict, result: RunResult, frames, eval_images_every: Optional[int],
+                     evaluate_trajectory: bool) -> None:
+    """Adds the evaluations to ``m``: trajectory (ATE, RPE, silent failures), depth consistency,
+    relocalisation, images. Evaluation must never cost the run its outputs: a failure is logged
+    (and for the trajectory and the images recorded as ``<name>_error``), not raised."""
+    def put(key: Optional[str], what: str, evaluate, error_key: Optional[str] = None) -> None:
+        """m[key] = evaluate() (key None: m.update); a failure logged as ``what``."""
+        try:
+            value = evaluate()
+        except Exception as exc:  # noqa: BLE001
+            log.error("%s failed: %s: %s", what, type(exc).__name__, exc)
+            if error_key is not None:
+                m[error_key] = f"{type(exc).__name__}: {exc}"
+            return
+        if key is None:
+            m.update(value)
+        else:
+            m[key] = value
+
     if evaluate_trajectory:
-        try:
-            m["keyframe_depth_consistency"] = keyframe_consistency(result.keyframes)
-        except Exception as exc:  # noqa: BLE001
-            log.error("keyframe depth consistency failed: %s: %s", type(exc).__name__, exc)
-        try:
-            m["revisit_depth_consistency"] = revisit_consistency(
-                result.keyframes, {f.index: f.T_wc_as_tracked for f in frames},
-                {f.index: f.gt_pose for f in frames if f.gt_pose is not None})
-        except Exception as exc:  # noqa: BLE001
-            log.error("revisit depth consistency failed: %s: %s", type(exc).__name__, exc)
+        put(None, "trajectory evaluation", lambda: trajectory_metrics(frames), "trajectory_error")
+        put("keyframe_depth_consistency", "keyframe depth consistency", lambda: keyframe_consistency(result.keyframes))
+        put("revisit_depth_consistency", "revisit depth consistency", lambda: revisit_consistency(
+            result.keyframes, {f.index: f.T_wc_as_tracked for f in frames},
+            {f.index: f.gt_pose for f in frames if f.gt_pose is not None}))
     if result.mode != "slam" or result.relocalisations:
         m["relocalisation"] = summarise(result.relocalisations, result.mode)
     if eval_images_every is not None:
-        try:
-            m["images"] = image_metrics(result, eval_images_every)
-        except Exception as exc:  # noqa: BLE001
-            log.error("image evaluation failed: %s: %s", type(exc).__name__, exc)
-            m["images_error"] = f"{type(exc).__name__}: {exc}"
-    return m
+        put("images", "image evaluation", lambda: image_metrics(result, eval_images_every), "images_error")
