@@ -134,59 +134,76 @@ def _data_path_hint(exc: BaseException, config: str, overrides: list, path: str)
     return f" (data.path '{path}' from {origin}: give your data with --set data.path=PATH; docs/DATA.md)"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+def _setup_logging() -> None:
+    """The terminal shows warnings (log.txt, the run session's, gets everything)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for h in logging.getLogger().handlers:  # the terminal shows warnings; log.txt gets everything
+    for h in logging.getLogger().handlers:
         h.setLevel(logging.WARNING)
         if _not_reraised not in h.filters:
             h.addFilter(_not_reraised)
+
+
+def _fail(message: str, rc: int = 2) -> int:
+    print(f"run_slam: {message}", file=sys.stderr)
+    return rc
+
+
+def _open_run(args):
+    """(config, source, system, session) for ``args``, or the exit code after a clear error: the
+    config, the command-line flags over it, the input, the system (and a saved map), the run folder."""
     try:
         cfg = load_config(args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as exc:
-        print(f"run_slam: {exc}", file=sys.stderr)
-        return 2
-    # Command-line flags over the config.
+        return _fail(str(exc))
     cfg.viewer.enabled = cfg.viewer.enabled or args.viewer or args.connect is not None
     cfg.viewer.rrd = args.rrd or cfg.viewer.rrd
     cfg.viewer.serve = cfg.viewer.serve or args.serve
     mode = args.mode or ("localize" if args.map else "slam")
     if (mode == "slam") != (args.map is None):
-        print("run_slam: --mode localize/continue needs --map PLY, and --map needs one of them", file=sys.stderr)
-        return 2
-
+        return _fail("--mode localize/continue needs --map PLY, and --map needs one of them")
     if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"run_slam: --out '{args.out}' is a file, not a folder: pass a new or existing folder", file=sys.stderr)
-        return 2
+        return _fail(f"--out '{args.out}' is a file, not a folder: pass a new or existing folder")
     try:
         source = open_source(cfg.data)
     except (FrameError, FileNotFoundError, ValueError) as exc:
-        print(f"run_slam: {exc}{_data_path_hint(exc, args.config, args.overrides, cfg.data.path)}", file=sys.stderr)
-        return 2
+        return _fail(f"{exc}{_data_path_hint(exc, args.config, args.overrides, cfg.data.path)}")
     except KeyboardInterrupt:  # e.g. during a download: its .part file resumes next time
-        print("run_slam: interrupted before the run started", file=sys.stderr)
-        return 130
-
+        return _fail("interrupted before the run started", 130)
     try:
         system = SlamSystem(cfg)
     except RuntimeError as exc:
-        print(f"run_slam: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     if args.map:
         try:
             system.use_saved_map(args.map, mode)
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
-            print(f"run_slam: cannot use saved map: {exc}", file=sys.stderr)
-            return 2
+            return _fail(f"cannot use saved map: {exc}")
     try:
         session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave
     except OSError as exc:  # --out (or output.root) names a file, or a place this user cannot write
         source.close()
         where = args.out or cfg.output.root
-        print(f"run_slam: cannot create the run folder under '{where}': {exc.strerror or exc}"
-              f"{f' ({exc.filename})' if exc.filename else ''}; pass --out (or set output.root) with a writable folder",
-              file=sys.stderr)
-        return 2
+        return _fail(f"cannot create the run folder under '{where}': {exc.strerror or exc}"
+                     f"{f' ({exc.filename})' if exc.filename else ''}; pass --out (or set output.root) with a writable folder")
+    return cfg, source, system, session
+
+
+def _announce_viewer(session: RunSession, viewer) -> None:
+    """Says where the live view is, or why the viewer is off (it never stops the run)."""
+    if session.viewer_error is not None:
+        print(f"run_slam: viewer disabled: {session.viewer_error}", file=sys.stderr)
+    elif viewer is not None and viewer.live is not None:
+        print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
+              f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging()
+    opened = _open_run(args)
+    if isinstance(opened, int):
+        return opened
+    cfg, source, system, session = opened
     run_dir = session.run_dir
     log.info("run folder %s, device %s, config %s", run_dir, system.device, args.config)
     try:
@@ -199,12 +216,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # A process started in the background by a non-interactive shell inherits SIGINT as ignored;
     # a SLAM run must still stop cleanly (and write its outputs) on Ctrl-C / kill -INT.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    viewer = session.attach_viewer(connect=args.connect)   # None unless asked for; never stops the run
-    if session.viewer_error is not None:
-        print(f"run_slam: viewer disabled: {session.viewer_error}", file=sys.stderr)
-    elif viewer is not None and viewer.live is not None:
-        print(f"run_slam: live view in a browser: {viewer.live.page_url or '(no page: web_port 0)'}\n"
-              f"run_slam: native viewer: rerun {viewer.live.grpc_url}", file=sys.stderr, flush=True)
+    _announce_viewer(session, session.attach_viewer(connect=args.connect))   # None unless asked for
     rc, error_line, failure = 0, None, None
     try:
         system.run(source, progress)
