@@ -29,6 +29,7 @@ import numpy as np
 
 from slam.config import Config, QualityConfig
 from slam.eval.failures import MAX_SHIFT_M, MAX_TURN_DEG
+from slam.eval.stats import nanmedian
 from slam.geometry import invert, pivot_increment, relative_motion
 from slam.tracking.quality import HISTORY, TrackQuality, judge
 
@@ -95,7 +96,7 @@ def collect(cfg: Config, frames, every: int = 3, seed: int = 0) -> list[Sample]:
             own = relative_motion(invert(p.gt_pose) @ frame.gt_pose, invert(p.T_wc) @ rec.T_wc)
         if rec.ok:
             prev_ok[:] = [rec]
-        recent = {k: float(np.nanmedian([h[k] for h in history[-RECENT:]])) for k in history[0]} if history else {}
+        recent = {k: nanmedian([h[k] for h in history[-RECENT:]]) for k in history[0]} if history else {}
         if rec.quality is not None:
             history.append({**rec.quality.as_dict(), "loss": rec.loss})
         if snap is None or own is None or frame.index % every:

@@ -10,6 +10,7 @@ import torch
 from slam.eval.depth_consistency import keyframe_consistency, revisit_consistency
 from slam.eval.failures import quality_detector, silent_failures
 from slam.eval.images import depth_l1, psnr, ssim
+from slam.eval.stats import nanmedian
 from slam.eval.trajectory import evaluate_trajectory
 from slam.map.keyframes import KeyframeView
 from slam.runtime.recorder import peak_rss_mb
@@ -104,15 +105,7 @@ def _quality_summary(frames: list) -> Optional[dict]:
     if not qs:
         return None
     keys = qs[0].as_dict().keys()
-    return {k: _nanmedian([getattr(q, k) for q in qs]) for k in keys}
-
-
-def _nanmedian(values: list) -> float:
-    """``np.nanmedian`` without its RuntimeWarning on the terminal when every value is NaN (a
-    one-frame run: the first frame has no loss level to compare with): NaN then."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    return float(np.median(v)) if v.size else float("nan")
+    return {k: nanmedian([getattr(q, k) for q in qs]) for k in keys}
 
 
 def _round_or_none(x: float):
