@@ -1,7 +1,8 @@
 """Re-initialisation from features (``slam.tracking.reinit``) as the frontend uses it: after a gap
-in the timestamps the coarse poses are searched before the refinement; after a large predicted
-motion only when the refinement from the prior fails at camera rate, first in a slow stream. On the generated world of
-``tests/tracking_world.py`` (CPU, 40x30)."""
+in the timestamps and at the first frame tracked after a pose was set the coarse poses are searched
+before the refinement; after a large predicted motion only when the refinement from the prior fails
+at camera rate, first in a slow stream. On the generated world of ``tests/tracking_world.py`` (CPU,
+40x30)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from slam.geometry import invert, pivot_increment, relative_motion
 from slam.map.keyframes import Keyframe
 from slam.tracking.frontend import TrackingFrontend
+from slam.tracking.reinit import NO_MOTION_YET
 from tracking_world import (
     DT,
     T0,
@@ -50,12 +52,12 @@ def test_large_predicted_motion_searches_only_when_the_prior_fails(world):
     frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
     judged = []
     untrusted = frontend.reinit.untrusted
-    frontend.reinit.untrusted = lambda *a: judged.append(untrusted(*a)) or judged[-1]
+    frontend.reinit.untrusted = lambda *a, **k: judged.append(untrusted(*a, **k)) or judged[-1]
     results = run(frontend, snap, frames, [k * DT for k in range(5)])
     assert all(r.ok for r in results), [r.reason for r in results]
     assert [d is not None and not d.eager for d in judged[2:]] == [True] * 3    # frames 2-4: large
-    assert frontend.reinit.attempts == 0
-    assert all(r.reinit is None for r in results)
+    assert frontend.reinit.attempts == 1                       # frame 1's alone (no velocity yet)
+    assert all(r.reinit is None for r in results[1:])
     shift, turn = relative_motion(POSES[4], results[-1].T_wc)
     assert shift < 0.05 and np.degrees(turn) < 3     # right by the suite's definition (40x30 pixels)
 
@@ -70,7 +72,7 @@ def test_large_predicted_motion_that_fails_searches(world, monkeypatch):
     wrong[:3, :3] = pivot_increment(np.array([0.0, 1.57, 0.0, 0.0, 0.0, 0.0]), 0.0)[:3, :3] @ wrong[:3, :3]
     monkeypatch.setattr(frontend.tracker, "guess", lambda timestamp=None: wrong.copy())
     res = frontend.process(frame_obs(*frames[3]), snap, 3, 3 * DT)
-    assert frontend.reinit.attempts == 1
+    assert frontend.reinit.attempts == 2                       # frame 1's, then frame 3's
     assert res.reinit is not None and res.reinit.startswith("large predicted motion")
     assert res.ok, res.reason
 
@@ -82,7 +84,7 @@ def test_a_gap_searches_before_the_refinement(world):
     frontend = frontend_at(frames)
     stamps = [0.0, DT, 2 * DT, 12 * DT]
     results = run(frontend, snap, frames[:4], stamps)
-    assert frontend.reinit.attempts == 1
+    assert frontend.reinit.attempts == 2                       # frame 1's, then the gap's
     assert results[-1].reinit is not None and results[-1].reinit.startswith("gap of")
     assert all(r.ok for r in results), [r.reason for r in results]
 
@@ -94,7 +96,28 @@ def test_large_predicted_motion_in_a_slow_stream_searches_first(world):
     snap, _, frames = world
     frontend = frontend_at(frames, ["reinit.max_prior_turn_deg=0.5"])
     results = run(frontend, snap, frames, [k * 0.5 for k in range(5)])
-    assert frontend.reinit.attempts == 3
+    assert frontend.reinit.attempts == 4                       # frame 1's, then frames 2-4
     searched = [r.reinit is not None and r.reinit.startswith("large predicted motion") for r in results]
     assert searched == [False] + [True] * 3
     assert all(r.ok for r in results), [r.reason for r in results]
+
+
+def test_the_first_frame_tracked_after_the_pose_was_set_searches_first(world, monkeypatch):
+    """Frame 1 has no velocity to predict from: its prior is "no motion", however fast the camera
+    moves, so the features are searched before the refinement (once; frame 2 has a velocity).
+    When they offer no start the prior is refined with the usual iterations, not a recovery's."""
+    snap, _, frames = world
+    frontend = frontend_at(frames)
+    results = run(frontend, snap, frames[:3], [0.0, DT, 2 * DT])
+    assert results[0].reinit == NO_MOTION_YET and results[1].reinit is None
+    assert frontend.reinit.attempts == 1
+    assert all(r.ok for r in results), [r.reason for r in results]
+
+    frontend = frontend_at(frames)
+    monkeypatch.setattr(frontend.reinit, "coarse_poses", lambda obs, keyframes: [])
+    iters = []
+    track = frontend.tracker.track
+    monkeypatch.setattr(frontend.tracker, "track", lambda obs, snap, coarse=None, **k: iters.append(coarse) or
+                        track(obs, snap, coarse, **k))
+    run(frontend, snap, frames[:2], [0.0, DT])
+    assert iters == [None]          # no coarse list: tracked as any frame (tracking.iters)

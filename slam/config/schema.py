@@ -124,7 +124,8 @@ class QualityConfig:
 @dataclass
 class ReinitConfig:
     """Coarse poses from features as extra starts of the dense refinement when the motion prior is
-    not trustworthy: after a gap in the timestamps (searched first), or after a large predicted
+    not trustworthy: after a gap in the timestamps or at the first frame tracked after a pose was
+    set, with no velocity yet (searched first), or after a large predicted
     motion (searched first in a slow stream, see ``system.slow_stream_interval_s``, else only
     when the refinement from the prior fails the quality test) (slam/tracking/reinit.py)."""
 

@@ -140,7 +140,7 @@ class TrackingFrontend:
         prior = self.tracker.guess(timestamp) if self.tracker.prev is not None else None
         last = self.tracker.prev if prior is not None else None   # where the prior extrapolates from
         gap = self.clock.tick(timestamp)
-        why = self.reinit.untrusted(gap, self.clock.slow, prior, last)
+        why = self.reinit.untrusted(gap, self.clock.slow, prior, last, moving=self.tracker.has_velocity)
         if snap is None:
             T_wc = gt_pose.copy() if gt_pose is not None else np.eye(4)
             self.tracker.initialise(T_wc, timestamp)
@@ -192,6 +192,8 @@ class TrackingFrontend:
         search = (lambda: self.reinit.coarse_poses(obs, self.keyframes())) if untrusted is not None else None
         if untrusted is not None and untrusted.eager:
             coarse, fallback = starts + search(), None
+            if not coarse and not untrusted.guess:
+                coarse = None            # nothing else to start from: the prior, refined as usual
         else:
             coarse, fallback = starts or None, search
         res = self.tracker.track(obs, snap, coarse, prior=prior, timestamp=timestamp, fallback=fallback)

@@ -112,6 +112,12 @@ class Tracker:
         without timestamps, one interval."""
         return constant_velocity_guess(self.prev2, self.prev, self._elapsed_intervals(timestamp))
 
+    @property
+    def has_velocity(self) -> bool:
+        """Whether ``guess`` extrapolates a motion (False from ``initialise`` until a frame was
+        tracked after it: the guess is then the last pose)."""
+        return self.prev2 is not None
+
     def turn_rate(self) -> Optional[np.ndarray]:
         """Angular velocity (3,) rad/s, camera frame, of the motion model's last motion (the
         rolling shutter's turn rate); None until two frames were tracked since ``initialise``: the
