@@ -172,11 +172,13 @@ def _open_run(args):
     try:
         system = SlamSystem(cfg)
     except RuntimeError as exc:
+        source.close()
         return _fail(str(exc))
     if args.map:
         try:
             system.use_saved_map(args.map, mode)
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
+            source.close()
             return _fail(f"cannot use saved map: {exc}")
     try:
         session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave

@@ -67,3 +67,23 @@ def test_data_of_another_layout_is_named_without_the_data_path_hint(tmp_path, ca
     assert rc == 2
     assert line.endswith(f"{seq} looks like a tum sequence: set data.dataset=tum (configs/tum.yaml)")
     assert "give your data with --set data.path" not in line
+
+
+def test_a_saved_map_that_cannot_be_used_closes_the_input(tmp_path, capsys, monkeypatch):
+    """The input is opened before the saved map is read: a map that fails leaves no source open
+    (a live camera would keep streaming until the process ends)."""
+    import slam.cli as cli
+
+    closed = []
+    open_source = cli.open_source
+
+    def recording(cfg):
+        source = open_source(cfg)
+        close = source.close
+        source.close = lambda: closed.append(True) or close()
+        return source
+
+    monkeypatch.setattr(cli, "open_source", recording)
+    rc, line = run(capsys, "--map", str(tmp_path / "missing.ply"), "--out", str(tmp_path / "run"))
+    assert rc == 2 and line.startswith("run_slam: cannot use saved map: ") and "missing.ply" in line
+    assert closed == [True]
