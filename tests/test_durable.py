@@ -1,5 +1,6 @@
 """No silent failures: a frame from far away is flagged and never mapped, and a run killed with
-SIGKILL leaves a valid trajectory and its last autosaved map, from which it resumes."""
+SIGKILL leaves a valid trajectory, its resolved config and its last autosaved map, from which it
+resumes."""
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slam.config import load_config
 from slam.data.sources import open_source
 from slam.data.trajectory_io import read_tum_trajectory
 from slam.map.map_io import load_saved_map
@@ -85,6 +87,7 @@ def test_sigkill_leaves_trajectory_and_map_and_the_run_resumes(tmp_path):
     rows, keyframes = load_saved_map(run / "map.ply")          # the last autosave, whole
     assert rows.shape[0] > 0 and len(keyframes) >= 2
     assert not list(run.glob("*.tmp*"))                       # nothing half-written left under another name
+    assert load_config(run / "config.yaml").system.threaded is False   # the run's resolved config, overrides in
     # Resume from the autosaved map.
     first = len(poses)
     res = subprocess.run(

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
-from slam.config import Config
+from slam.config import Config, dump_config
 from slam.output.journal import Autosaver, RunJournal
 from slam.output.metrics import collect_metrics
 from slam.output.run_folder import attach_log, make_run_dir, write_outputs
@@ -38,7 +38,7 @@ class RunSession:
     """The run folder of one ``SlamSystem`` run and what writes into it.
 
     On construction: the run folder (``out``, else ``output.root/<name or timestamp>``), the
-    package's log records sent to ``log.txt``, the ``RunJournal`` (trajectory.txt and frames.csv
+    package's log records sent to ``log.txt``, the resolved ``config.yaml``, the ``RunJournal`` (trajectory.txt and frames.csv
     appended per tracked frame: a frame hook) and the ``Autosaver`` (map, side file and partial
     metrics every ``output.autosave_every`` keyframes: a keyframe hook). ``source_stats`` (a
     ``SourceStats``: frames delivered and skipped) goes into the autosaved metrics and is
@@ -55,6 +55,10 @@ class RunSession:
         self.source_stats = source_stats
         self.run_dir: Path = make_run_dir(cfg, out)
         self._log_handler: Optional[logging.Handler] = attach_log(self.run_dir)
+        # The resolved config first (``finish`` writes it again): a run killed with kill -9 can
+        # still be read by the run tools (slam_view_run, grid_from_run: their data and camera come
+        # from it) and repeated.
+        dump_config(cfg, self.run_dir / "config.yaml")
         # Written while the run goes, so that even kill -9 leaves a trajectory and the last autosaved map.
         self.journal = RunJournal(self.run_dir)
         system.frame_hooks.append(self.journal.hook)
