@@ -169,25 +169,32 @@ def _open_run(args):
         return _fail(f"{exc}{_data_path_hint(exc, args.config, args.overrides, cfg.data.path)}")
     except KeyboardInterrupt:  # e.g. during a download: its .part file resumes next time
         return _fail("interrupted before the run started", 130)
+    opened = _system_and_session(args, cfg, mode, source)
+    if isinstance(opened, int):
+        source.close()    # opened first: a live camera would keep streaming until the process ends
+        return opened
+    return (cfg, source, *opened)
+
+
+def _system_and_session(args, cfg, mode: str, source):
+    """(system, session) for an opened ``source``: the system (and a saved map), the run folder;
+    or the exit code after a clear error."""
     try:
         system = SlamSystem(cfg)
     except RuntimeError as exc:
-        source.close()
         return _fail(str(exc))
     if args.map:
         try:
             system.use_saved_map(args.map, mode)
         except (FileNotFoundError, MapFormatError, ValueError) as exc:
-            source.close()
             return _fail(f"cannot use saved map: {exc}")
     try:
         session = RunSession(system, cfg, source.stats, out=args.out)   # run folder, log.txt, journal, autosave
     except OSError as exc:  # --out (or output.root) names a file, or a place this user cannot write
-        source.close()
         where = args.out or cfg.output.root
         return _fail(f"cannot create the run folder under '{where}': {exc.strerror or exc}"
                      f"{f' ({exc.filename})' if exc.filename else ''}; pass --out (or set output.root) with a writable folder")
-    return cfg, source, system, session
+    return system, session
 
 
 def _announce_viewer(session: RunSession, viewer) -> None:
