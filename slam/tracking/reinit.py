@@ -72,7 +72,7 @@ class Reinitialiser:
         self.ms = 0.0
 
     def untrusted(self, gap: Optional[float], slow: bool, prior: np.ndarray,
-                  last: Optional[np.ndarray], moving: bool = True) -> Optional[Distrust]:
+                  last: Optional[np.ndarray], moving: bool) -> Optional[Distrust]:
         """Why the motion prior ``prior`` (4, 4) is not to be trusted, or None. ``gap``: seconds
         of a gap in the timestamps before this frame, or None (``StreamClock.tick``); ``slow``:
         the stream is slow (``StreamClock.slow``); ``last``: the pose the prior extrapolates from;
