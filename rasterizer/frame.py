@@ -31,7 +31,8 @@ of an image was taken at
 
     tau(v) = offset + readout * ((v + 0.5) / H - 0.5)      (s; colour: its readout, offset 0;
                                                             depth: its own readout, and its time
-                                                            after the colour's)
+                                                            after the colour's; a negative
+                                                            readout: rows read bottom to top)
 
 when the camera had turned by exp(omega tau) from the middle row's orientation. For output pixel
 (x, y), ray r = ((x - cx) / fx, (y - cy) / fy, 1) of the middle row's camera, per image:

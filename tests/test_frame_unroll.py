@@ -35,6 +35,7 @@ CASES = [  # omega rad/s, colour readout s, depth readout s, depth offset s
     (0.0, math.radians(60.0), math.radians(10.0), 0.0, 0.0, 0.015),       # depth timing alone
     (math.radians(50.0), math.radians(30.0), 0.0, 0.028, 0.0, 0.0),       # colour alone
     (math.radians(2000.0), 0.0, 0.0, 0.03, 0.02, -0.02),                  # far outside the frame
+    (math.radians(40.0), math.radians(-30.0), 0.0, -0.028, -0.028, 0.0),  # rows read bottom to top
 ]
 
 

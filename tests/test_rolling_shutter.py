@@ -24,12 +24,16 @@ def texture(d: np.ndarray) -> np.ndarray:
                      0.5 + 0.2 * np.sin(5 * (p[..., 0] + p[..., 1]))], -1)
 
 
-def frame(omega: np.ndarray, readout: float) -> tuple[np.ndarray, np.ndarray]:
+def frame(omega: np.ndarray, readout: float, bottom_up: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Colour (H, W, 3) and depth (H, W) of the wall, row v taken at tau(v) (camera turned by
-    exp(omega tau) from the middle row's orientation)."""
+    exp(omega tau) from the middle row's orientation); ``bottom_up``: the sensor reads its rows
+    from the last to the first over ``readout`` s (row v read (H - 1 - v + 0.5) / H of the way)."""
     v, u = np.mgrid[0:H, 0:W].astype(np.float64)
     rays = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], -1)
-    tau = row_times(H, readout, torch.arange(H, dtype=torch.float64)).numpy()
+    if bottom_up:
+        tau = readout * ((H - 1 - np.arange(H) + 0.5) / H - 0.5)
+    else:
+        tau = row_times(H, readout, torch.arange(H, dtype=torch.float64)).numpy()
     color, depth = np.zeros((H, W, 3)), np.zeros((H, W))
     for r in range(H):
         R = so3_exp(omega * tau[r])                        # row camera -> middle-row camera
@@ -62,6 +66,20 @@ def test_unrolled_frame_matches_the_global_shutter_frame(omega):
     assert np.abs(rolled.depth.numpy()[inner] - still_depth[inner]).max() > 5e-3
 
 
+def test_a_sensor_reading_bottom_to_top_is_unrolled_by_a_negative_readout():
+    """A camera mounted upside down (its image turned 180 deg) reads its rows bottom to top:
+    ``data.rolling_shutter_s`` negative. The positive readout bends such a frame further."""
+    omega, readout = np.radians([40.0, -50.0, 0.0]), 0.03
+    still_color, _ = frame(omega, 0.0)
+    rolled = as_obs(*frame(omega, readout, bottom_up=True))
+    inner = (slice(6, H - 6), slice(6, W - 6))
+    err = {r: np.abs(unroll(rolled, omega, r).color.numpy() - still_color)[inner].mean() for r in (-readout, readout)}
+    err_before = np.abs(rolled.color.numpy() - still_color)[inner].mean()
+    assert err[-readout] < 0.2 * err_before and err[-readout] < 0.01
+    assert err[readout] > err_before
+    assert load_config("default.yaml", ["data.rolling_shutter_s=-0.028"]).data.rolling_shutter_s == -0.028
+
+
 def test_no_turn_or_no_readout_leaves_the_frame_as_it_is():
     obs = as_obs(*frame(np.zeros(3), 0.0))
     assert unroll(obs, np.zeros(3), 0.03) is obs
@@ -79,7 +97,7 @@ def test_body_rate_from_two_poses():
 
 def test_readout_is_checked():
     with pytest.raises(ConfigError, match="rolling_shutter_s"):
-        load_config("default.yaml", ["data.rolling_shutter_s=-0.01"])
+        load_config("default.yaml", ["data.rolling_shutter_s=-1.0"])
     with pytest.raises(ConfigError, match="depth_rolling_shutter_s"):
         load_config("default.yaml", ["data.depth_rolling_shutter_s=1.5"])
 
@@ -102,15 +120,17 @@ def test_a_depth_image_taken_after_its_colour_is_turned_to_the_colour_time():
     assert (depth > 0).all() and np.abs(depth - still_depth[inner]).max() < 2e-3
 
 
-def test_the_frontend_unrolls_only_with_a_rate_from_two_tracked_frames():
+@pytest.mark.parametrize("overrides", [[], ["data.rolling_shutter_s=-0.028"]], ids=["top-down", "bottom-up"])
+def test_the_frontend_unrolls_only_with_a_rate_from_two_tracked_frames(overrides):
     """The first frame's pose is set, not tracked: no turn rate (no unroll) until two frames were
-    tracked; a relocalisation (``initialise``) starts the count again."""
+    tracked; a relocalisation (``initialise``) starts the count again. A negative readout (rows
+    read bottom to top) unrolls too."""
     from slam.tracking.frontend import TrackingFrontend
     from slam.tracking.quality import TrackQuality
     from slam.tracking.result import TrackResult
 
-    cfg = load_config("tum.yaml")
-    assert cfg.data.rolling_shutter_s > 0
+    cfg = load_config("tum.yaml", overrides)
+    assert cfg.data.rolling_shutter_s != 0
     fe = TrackingFrontend(cfg, lambda: [])
     obs = as_obs(*frame(np.zeros(3), 0.0))
     fe.tracker.initialise(np.eye(4), 0.0)

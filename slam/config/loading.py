@@ -257,8 +257,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.last: must be > data.first ({cfg.data.first}), got {cfg.data.last}")
     for key in ("rolling_shutter_s", "depth_rolling_shutter_s"):
         value = getattr(cfg.data, key)
-        if value is not None and not 0.0 <= value < 1.0:
-            raise ConfigError(f"data.{key}: the readout in seconds, in [0, 1), got {value}")
+        if value is not None and not -1.0 < value < 1.0:
+            raise ConfigError(f"data.{key}: the readout in seconds, in (-1, 1) (negative: rows read bottom "
+                              f"to top), got {value}")
     if cfg.data.intrinsics is not None and len(cfg.data.intrinsics) != 4:
         raise ConfigError(f"data.intrinsics: expected [fx, fy, cx, cy], got {cfg.data.intrinsics}")
     if cfg.system.max_unmapped_keyframes < 0:

@@ -24,8 +24,10 @@ class DataConfig:
     distortion: Optional[List[float]] = None   # OpenCV k1 k2 p1 p2 [k3] override
     depth_scale: Optional[float] = None        # raw depth units per metre override
     rolling_shutter_s: float = 0.0  # s, the sensor's readout from the first row to the last (0: global
-                                    # shutter); the tracker then resamples each frame into its middle
-                                    # row's camera from the recent turn rate (slam/tracking/rolling_shutter.py)
+                                    # shutter; negative: rows read bottom to top, e.g. a camera mounted
+                                    # upside down whose driver turns the image 180 deg); the tracker then
+                                    # resamples each frame into its middle row's camera from the recent
+                                    # turn rate (slam/tracking/rolling_shutter.py)
     depth_rolling_shutter_s: Optional[float] = None  # s, the depth image's readout (None: as the colour's)
     sync_depth: bool = False        # a depth image taken apart from its colour (the source's
                                     # depth_timestamp: TUM's depth.txt) is turned to the colour's time

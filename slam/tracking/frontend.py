@@ -125,7 +125,7 @@ class TrackingFrontend:
         is tracked (``slam.tracking.rolling_shutter``); the identity without that rate (until two
         frames were tracked: the first frames, after a relocalisation) or anything to turn back."""
         offset = depth_offset_s if self.sync_depth else 0.0
-        if self.readout_s <= 0 and self.depth_readout_s <= 0 and offset == 0.0:
+        if self.readout_s == 0 and self.depth_readout_s == 0 and offset == 0.0:
             return _unchanged
         omega = self.tracker.turn_rate()
         if omega is None:

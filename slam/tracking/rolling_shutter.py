@@ -3,10 +3,11 @@ had been taken at the time of its middle row.
 
 A rolling-shutter sensor (Kinect v1's colour and IR cameras, most CMOS cameras) reads its rows
 top to bottom over ``readout_s``; row v is taken at ``tau(v) = readout_s * ((v + 0.5) / H - 0.5)``
-from the middle row. A camera turning at ``omega`` (rad/s, camera frame) had, at row v, the
-orientation ``R_mid @ exp(omega * tau(v))``; a turn bends and stretches the image (a pan slants
-vertical edges, a tilt stretches or squeezes the rows), which a single pose per frame can only
-absorb as a wrong pose.
+from the middle row (a negative ``readout_s``: rows read bottom to top, as a camera mounted upside
+down whose image is turned 180 degrees). A camera turning at ``omega`` (rad/s, camera frame) had,
+at row v, the orientation ``R_mid @ exp(omega * tau(v))``; a turn bends and stretches the image (a
+pan slants vertical edges, a tilt stretches or squeezes the rows), which a single pose per frame
+can only absorb as a wrong pose.
 
 ``unroll`` resamples the colour and depth into the middle row's camera (``rasterizer.unroll``, one
 kernel; its docstring has the exact model): per output pixel, its ray turned back by
