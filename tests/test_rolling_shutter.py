@@ -95,6 +95,33 @@ def test_body_rate_from_two_poses():
     assert body_rate(None, T1, 1 / 30.0) is None and body_rate(T0, T1, 0.0) is None
 
 
+def test_turn_rate_is_the_mean_of_the_last_two_motions():
+    """The unroll's rate feeds the next pose, whose motion feeds the next rate: from one motion
+    alone a pose error came back amplified, with its sign flipped, frame after frame (TUM played
+    backwards); over two motions such an alternation cancels."""
+    from slam.tracking.quality import TrackQuality
+    from slam.tracking.result import TrackResult
+    from slam.tracking.tracker import Tracker
+
+    cfg = load_config("tum.yaml")
+    tracker = Tracker(cfg.tracking, cfg.quality, backend="cpu")
+    tracker.initialise(np.eye(4), 0.0)
+    rates = [np.radians([0.0, 60.0, 0.0]), np.radians([0.0, 60.0, 0.0]), np.radians([20.0, 30.0, -10.0]),
+             np.radians([-10.0, 90.0, 40.0])]
+    T, seen = np.eye(4), []
+    for i, w in enumerate(rates, start=1):
+        T = T.copy()
+        T[:3, :3] = T[:3, :3] @ so3_exp(w / 30.0)
+        tracker._update_history(TrackResult(T, 0.1, 0.9, True, False, 5, quality=TrackQuality(0.9, 0.9, 0.9)), i / 30)
+        seen.append(tracker.turn_rate())
+    assert seen[0] is None                                 # the first motion starts at a set pose
+    assert np.allclose(seen[1], rates[1], atol=1e-9)       # one motion between tracked poses
+    assert np.allclose(seen[2], (rates[1] + rates[2]) / 2, atol=1e-9)
+    assert np.allclose(seen[3], (rates[2] + rates[3]) / 2, atol=1e-9)
+    tracker.initialise(T, 1.0)
+    assert tracker.turn_rate() is None
+
+
 def test_readout_is_checked():
     with pytest.raises(ConfigError, match="rolling_shutter_s"):
         load_config("default.yaml", ["data.rolling_shutter_s=-1.0"])

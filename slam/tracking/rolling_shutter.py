@@ -15,8 +15,9 @@ kernel; its docstring has the exact model): per output pixel, its ray turned bac
 depth's z then expressed in the middle row's camera. Only the rotation is undone: its image motion
 does not depend on depth, and the camera's translation within one readout (a few millimetres at
 walking pace) moves the image far less than a turn at tens of degrees per second does. ``omega``
-comes from the motion model's last two poses once two frames were tracked (``Tracker.turn_rate``,
-``body_rate``).
+is the mean rate of the motion model's last two motions between tracked poses (``Tracker.turn_rate``,
+``body_rate``): the rate of one motion, fed back through the unrolled frame's pose into the next
+rate, oscillated and diverged on TUM fr1/rpy played backwards.
 
 The same resampling turns a depth image taken apart from its colour (Kinect v1 in TUM's fr1: the
 depth 6-15 ms after the colour, 0.4-1 degree of turn at 65 deg/s, several pixels at 640x480) to the

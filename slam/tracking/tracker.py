@@ -22,6 +22,7 @@ pose); frames that stay failed are reported so the system makes no keyframe from
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Callable, Optional
 
 import numpy as np
@@ -43,6 +44,8 @@ from slam.tracking.rolling_shutter import body_rate
 # the motion of every frame of a sequence at 2 Hz: 7-Scenes at stride 16 lost 25 of 32 frames.) Not a tuning value of
 # the tracker's accuracy: it only bounds how far a stale velocity is trusted.
 MAX_EXTRAPOLATION_S = 0.25
+# Motions whose turn rates ``Tracker.turn_rate`` averages for the rolling shutter's unroll.
+RATE_MOTIONS = 2
 
 
 class Levels:
@@ -78,6 +81,9 @@ class Tracker:
         self.prev2_t: Optional[float] = None
         self.last_good: Optional[np.ndarray] = None
         self.tracked_in_history = 0    # how many of prev2, prev were tracked (not set by initialise)
+        # The turn rates (3,) rad/s, camera frame, of the motion model's last two motions between
+        # tracked poses (``turn_rate``); cleared by ``initialise``.
+        self._rates: deque = deque(maxlen=RATE_MOTIONS)
         self.level = RecentLevel()     # the loss of the recent frames that passed the floors
         self.failures = 0
         self.recoveries = 0
@@ -91,6 +97,7 @@ class Tracker:
         self.prev, self.prev2, self.last_good = T_wc.copy(), None, T_wc.copy()
         self.prev_t, self.prev2_t = timestamp, None
         self.tracked_in_history = 0
+        self._rates.clear()
 
     def rebase(self, C: np.ndarray) -> None:
         """Move the pose history by a world-frame correction C (4, 4) (T <- C @ T): the map's
@@ -119,13 +126,16 @@ class Tracker:
         return self.prev2 is not None
 
     def turn_rate(self) -> Optional[np.ndarray]:
-        """Angular velocity (3,) rad/s, camera frame, of the motion model's last motion (the
-        rolling shutter's turn rate); None until two frames were tracked since ``initialise``: the
-        first frame's pose is set, not tracked, and the next one's, tracked from a prior without
-        velocity, made the rate that unrolled frame 2 wrong in every TUM run (a silent failure)."""
-        if self.tracked_in_history < 2 or None in (self.prev_t, self.prev2_t):
+        """Angular velocity (3,) rad/s, camera frame, for the rolling shutter's unroll: the mean
+        rate of the motion model's last ``RATE_MOTIONS`` motions (one until a second is known); None
+        until two frames were tracked since ``initialise``: the first frame's pose is set, not
+        tracked, and the next one's, tracked from a prior without velocity, made the rate that
+        unrolled frame 2 wrong in every TUM run (a silent failure). Why a mean: the rate feeds
+        the next frame's unroll, whose pose feeds the next rate; from one motion alone the loop
+        oscillated and diverged on TUM fr1/rpy played backwards (docs/benchmarks.md#kinect-v1-facts)."""
+        if self.tracked_in_history < 2 or not self._rates:
             return None
-        return body_rate(self.prev2, self.prev, self.prev_t - self.prev2_t)
+        return np.mean(np.stack(self._rates), axis=0)
 
     def _elapsed_intervals(self, timestamp: Optional[float]) -> float:
         if None in (timestamp, self.prev_t, self.prev2_t) or self.prev_t <= self.prev2_t:
@@ -194,6 +204,10 @@ class Tracker:
             self.prev2, self.prev = self.prev, r.T_wc
             self.prev2_t, self.prev_t = self.prev_t, timestamp
             self.tracked_in_history = min(self.tracked_in_history + 1, 2)
+            rate = (body_rate(self.prev2, self.prev, self.prev_t - self.prev2_t)
+                    if self.tracked_in_history >= 2 and None not in (self.prev_t, self.prev2_t) else None)
+            if rate is not None:
+                self._rates.append(rate)
         if r.ok:
             self.last_good = r.T_wc
         else:
