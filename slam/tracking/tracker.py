@@ -133,7 +133,7 @@ class Tracker:
         unrolled frame 2 wrong in every TUM run (a silent failure). Why a mean: the rate feeds
         the next frame's unroll, whose pose feeds the next rate; from one motion alone the loop
         oscillated and diverged on TUM fr1/rpy played backwards (docs/benchmarks.md#kinect-v1-facts)."""
-        if self.tracked_in_history < 2 or not self._rates:
+        if not self._rates:        # filled only from motions between two tracked poses
             return None
         return np.mean(np.stack(self._rates), axis=0)
 
