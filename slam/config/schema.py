@@ -169,7 +169,9 @@ class MappingConfig:
     window: int = 6                 # recent keyframes optimised together
     random_keyframes: int = 2       # older keyframes added at random per step
     max_keyframes: int = 200        # keyframes kept (compact, host memory); oldest covisible dropped
-    keyframe_every: int = 5         # a keyframe at least every N frames ...
+    keyframe_every: int = 10        # a keyframe at least every N frames (10: 30 % fewer keyframes
+                                    # than 5 on 7-Scenes, the same ATE on the suite;
+                                    # docs/benchmarks.md#why-the-defaults-are-what-they-are) ...
     keyframe_translation: float = 0.05  # ... or after this many metres ...
     keyframe_rotation_deg: float = 5.0  # ... or this many degrees
     keyframe_downscale: Optional[int] = None  # stored keyframes = input / this factor; null =
