@@ -170,7 +170,8 @@ class MappingConfig:
     random_keyframes: int = 2       # older keyframes added at random per step
     max_keyframes: int = 200        # keyframes kept (compact, host memory); oldest covisible dropped
     keyframe_every: int = 10        # a keyframe at least every N frames (10: 30 % fewer keyframes
-                                    # than 5 on 7-Scenes, the same ATE on the suite;
+                                    # than 5 on 7-Scenes, the same ATE on the suite, but a map
+                                    # ~17 % larger there: pruner.every counts keyframes;
                                     # docs/benchmarks.md#why-the-defaults-are-what-they-are) ...
     keyframe_translation: float = 0.05  # ... or after this many metres ...
     keyframe_rotation_deg: float = 5.0  # ... or this many degrees
