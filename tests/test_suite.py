@@ -121,6 +121,13 @@ def test_repeats_share_the_config_hash_and_keep_their_folders_when_raised():
     assert long[0].folder != long[1].folder                             # never cut off with the label
 
 
+def test_repeats_of_a_grid_are_interleaved_so_its_values_share_the_machine_s_spells():
+    jobs = expand(BatchSpec(repeats=2, grid={"mapping.keyframe_every": [10, 5]},
+                            jobs=[{"name": "7scenes-redkitchen-0000-0499-stride16", "set": ["data.last=12"]}]))
+    assert [(j.params["mapping.keyframe_every"], j.repeat) for j in jobs] == [("10", 1), ("5", 1), ("10", 2), ("5", 2)]
+    assert [j.folder.split("-repeat")[0][-2:] for j in jobs] == ["10", "-5", "10", "-5"]   # the value kept in the name
+
+
 def test_only_picks_a_subset_and_no_match_is_an_error(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPHERE_SLAM_DATA", str(tmp_path / "cache"))
     rc = suite_main(["--data", str(data_dir), "--only", "stride,tum", "--repeats", "1", "--dry-run",

@@ -185,23 +185,25 @@ def run_hash(cfg) -> str:
 
 
 def folder_name(label: str, cfg, repeat: int = 0) -> str:
-    """Run folder name: the label made filename-safe (at most 60 characters) + '-' + the config hash;
+    """Run folder name: the label made filename-safe (at most 100 characters) + '-' + the config hash;
     with ``repeat`` k >= 1, ``-repeat<k>`` goes between them (never cut off with a long label)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label.replace("=", "-")).strip("_")[:60] or "run"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label.replace("=", "-")).strip("_")[:100] or "run"
     return f"{slug}-repeat{repeat}-{run_hash(cfg)}" if repeat else f"{slug}-{run_hash(cfg)}"
 
 
 def expand(spec: BatchSpec) -> list[Job]:
     """Every job of ``spec``: each entry of ``spec.jobs`` x the product of its grid (the entry's own
     ``grid`` if it has one, else the spec's), validated with ``slam.config.load_config`` (an unknown
-    key or bad value fails here, naming the job and key); with ``spec.repeats`` N, each of them N
-    times in a row (repeat 1..N)."""
+    key or bad value fails here, naming the job and key); with ``spec.repeats`` N, each entry's grid
+    N times, interleaved (repeat 1 of every grid value, then repeat 2, ...: run one after another,
+    the values of a comparison share the machine's slow and fast spells alike)."""
     if not isinstance(spec.repeats, int) or spec.repeats < 0:
         raise BatchSpecError(f"{spec.source}: repeats must be a whole number >= 0, got {spec.repeats!r}")
     out: list[Job] = []
     for base in spec.jobs:
         grid = base["grid"] if "grid" in base else spec.grid
         keys = list(grid)
+        variants = []                                   # (config, overrides, label, params, cfg)
         for combo in itertools.product(*(grid[k] for k in keys)):
             grid_over = [f"{k}={format_value(v)}" for k, v in zip(keys, combo)]
             job_over = list(base.get("set") or [])
@@ -218,8 +220,10 @@ def expand(spec: BatchSpec) -> list[Job]:
                 cfg = load_config(config, overrides)
             except (ConfigError, FileNotFoundError) as exc:
                 raise BatchSpecError(f"{spec.source}: job '{label}': {exc}") from None
-            for repeat in range(1, spec.repeats + 1) if spec.repeats else [0]:
-                out.append(Job(config=config, overrides=tuple(overrides),
+            variants.append((config, tuple(overrides), label, params, cfg))
+        for repeat in range(1, spec.repeats + 1) if spec.repeats else [0]:
+            for config, overrides, label, params, cfg in variants:
+                out.append(Job(config=config, overrides=overrides,
                                label=f"{label} repeat={repeat}" if repeat else label, params=params,
                                folder=folder_name(label, cfg, repeat), repeat=repeat))
     seen: dict = {}
