@@ -23,7 +23,7 @@ from slam.batch.results import METRICS, build_rows
 from slam.batch.storage import RunStorage
 from slam.batch.suite import GENERATED, LAYOUTS, Entry, discover, ensure_generated, find_data_dir, layout_of
 from slam.batch.suite import main as suite_main
-from slam.batch.suite_table import STATS, document, spread, summarise, to_csv
+from slam.batch.suite_table import STATS, document, paired, spread, summarise, to_csv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -224,6 +224,38 @@ def test_median_and_spread_over_repeats_leave_out_failed_runs_and_missing_keys(t
     rows = list(csv.DictReader(io.StringIO(to_csv(summary))))
     assert [r["sequence"] for r in rows] == ["a", "b"] and rows[0]["failed"] == "1" and rows[1]["ate_cm_median"] == ""
     assert float(rows[0]["ate_cm_max"]) == pytest.approx(max(ates))
+
+
+def test_a_grid_s_values_are_compared_run_by_run_against_the_first(tmp_path):
+    jobs = expand(BatchSpec(repeats=3, grid={"mapping.keyframe_every": [10, 5]},
+                            jobs=[{"name": "s", "set": ["data.last=12"]}, {"name": "t", "set": ["data.last=13"]}]))
+    fps = {("s", "10"): [100.0, 80.0, 120.0], ("s", "5"): [90.0, 60.0, None], ("t", "10"): [50.0] * 3, ("t", "5"): [40.0] * 3}
+    ate = {"10": 0.024, "5": 0.0247}
+    outcomes, storage = {}, RunStorage(str(tmp_path))
+    for job in jobs:
+        value = job.params["mapping.keyframe_every"]
+        f = fps[(job.entry, value)][job.repeat - 1]
+        (tmp_path / "runs" / job.folder).mkdir(parents=True)
+        if f is None:                       # a failed run leaves its pair out
+            outcomes[job.folder] = {"status": "failed", "error": "killed"}
+            continue
+        m = _metrics(ate[value], f, 0, images={"psnr": 20.0, "psnr_valid_depth": 23.5 + (value == "5") * 0.25})
+        (tmp_path / "runs" / job.folder / "metrics.json").write_text(json.dumps(m))
+        outcomes[job.folder] = {"status": "done", "wall_s": 1.0}
+    rows = build_rows(jobs, outcomes, storage)
+    pairs = paired(jobs, rows)
+    assert [(p["sequence"], p["value"], p["first"], p["pairs"]) for p in pairs] == [
+        ("s", "mapping.keyframe_every=5", "mapping.keyframe_every=10", 2),
+        ("t", "mapping.keyframe_every=5", "mapping.keyframe_every=10", 3)]
+    s, t = pairs
+    assert s["stats"]["fps"] == pytest.approx((0.825, 0.75, 0.9))     # 90 / 100 and 60 / 80, by repeat
+    assert t["stats"]["fps_tracking"] == pytest.approx((0.8, 0.8, 0.8))
+    assert s["stats"]["ate_cm"] == pytest.approx((0.07, 0.07, 0.07))
+    assert s["stats"]["psnr_valid_depth_db"] == pytest.approx((0.25, 0.25, 0.25))
+    assert s["stats"]["gpu_ms_per_frame"] is None                      # a CPU run has none
+    text = document(summarise(jobs, rows), "header", [], pairs)
+    assert "| s | mapping.keyframe_every=5 vs mapping.keyframe_every=10 | 2 | +0.07 | 0.82 [0.75-0.90] |" in text
+    assert paired(jobs[:1], rows[:1]) == [] and "Paired by repeat" not in document(summarise(jobs, rows), "h", [])
 
 
 def test_all_runs_failed_shows_the_error_and_spread_ignores_non_numbers():

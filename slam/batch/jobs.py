@@ -56,7 +56,9 @@ class Job:
     applied; label: what tells it apart in the batch (its name and grid values); params: grid and
     job values by key (the table's columns); folder: its run folder's name under ``<out>/runs``;
     repeat: which of the batch's repeats of the same run this is (1..N), 0 when the batch does not
-    repeat its jobs.
+    repeat its jobs; entry: the label of the jobs-file entry it comes from (its name, else its
+    ``set`` words, else 'default'), the same for every grid value; grid: its grid values
+    (``key=value`` words joined by spaces, '' without a grid).
     """
 
     config: str
@@ -65,6 +67,8 @@ class Job:
     params: dict = field(hash=False, compare=False)
     folder: str = ""
     repeat: int = 0
+    entry: str = ""
+    grid: str = ""
 
     @property
     def base_label(self) -> str:
@@ -203,7 +207,7 @@ def expand(spec: BatchSpec) -> list[Job]:
     for base in spec.jobs:
         grid = base["grid"] if "grid" in base else spec.grid
         keys = list(grid)
-        variants = []                                   # (config, overrides, label, params, cfg)
+        variants = []                                   # (config, overrides, label, params, cfg, entry, grid)
         for combo in itertools.product(*(grid[k] for k in keys)):
             grid_over = [f"{k}={format_value(v)}" for k, v in zip(keys, combo)]
             job_over = list(base.get("set") or [])
@@ -220,12 +224,13 @@ def expand(spec: BatchSpec) -> list[Job]:
                 cfg = load_config(config, overrides)
             except (ConfigError, FileNotFoundError) as exc:
                 raise BatchSpecError(f"{spec.source}: job '{label}': {exc}") from None
-            variants.append((config, tuple(overrides), label, params, cfg))
+            entry = str(name) if name else " ".join(job_over) or "default"
+            variants.append((config, tuple(overrides), label, params, cfg, entry, " ".join(grid_over)))
         for repeat in range(1, spec.repeats + 1) if spec.repeats else [0]:
-            for config, overrides, label, params, cfg in variants:
+            for config, overrides, label, params, cfg, entry, grid_words in variants:
                 out.append(Job(config=config, overrides=overrides,
                                label=f"{label} repeat={repeat}" if repeat else label, params=params,
-                               folder=folder_name(label, cfg, repeat), repeat=repeat))
+                               folder=folder_name(label, cfg, repeat), repeat=repeat, entry=entry, grid=grid_words))
     seen: dict = {}
     for job in out:
         key = (job.folder.rsplit("-", 1)[1], job.repeat)

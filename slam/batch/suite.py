@@ -29,7 +29,7 @@ from slam.batch.run import run_batch
 from slam.batch.runner import RunOptions
 from slam.batch.speed_probe import describe
 from slam.batch.storage import RunStorage
-from slam.batch.suite_table import header_line, summarise, write_suite
+from slam.batch.suite_table import header_line, paired, summarise, write_suite
 
 # --------------------------------------------------------------------------- the suite's definition
 # Real sequences: every sub-folder of the data folder whose files match one layout's patterns (each
@@ -335,7 +335,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (RuntimeError, ValueError) as exc:
         _say(str(exc))
         return 2
-    text, written = write_suite(summarise(jobs, result.rows), storage, header, notes)
+    text, written = write_suite(summarise(jobs, result.rows), storage, header, notes,
+                                paired(jobs, result.rows))
     print(text)
     _say(f"{len(result.ran)} runs ran ({len(result.failed)} failed), {len(jobs) - len(result.ran)} finished earlier; "
          f"table {written['markdown']} and {written['csv']}")

@@ -148,6 +148,54 @@ COLUMNS = [
 ]
 
 
+# (row key, header, "diff" or "ratio", format): the figures a grid's values are compared by, run by run
+PAIRED = [("ate_cm", "ATE cm", "diff", "{:+.2f}"), ("fps", "FPS system", "ratio", "{:.2f}"),
+          ("fps_tracking", "FPS tracking", "ratio", "{:.2f}"),
+          ("gpu_ms_per_frame", "GPU ms / tracked frame", "ratio", "{:.2f}"),
+          ("peak_gpu_mb", "peak GPU MB", "ratio", "{:.2f}"),
+          ("psnr_valid_depth_db", "keyframe PSNR valid depth dB", "diff", "{:+.2f}")]
+PAIRED_NOTE = ("Paired by repeat (`--grid`): each grid value against the grid's first value of the same sequence in the "
+               "same repeat (run next to it, so both met the machine in the same state): the difference (ATE, PSNR) or "
+               "the ratio (speeds, memory), median [min-max] over the repeats both finished.")
+
+
+def paired(jobs: list, rows: list[dict]) -> list[dict]:
+    """Each grid value of a sequence (jobs sharing ``Job.entry``) against that sequence's first grid
+    value, repeat by repeat (rows in job order, as ``summarise``): [{sequence, value, first, pairs,
+    stats {PAIRED key: (median, min, max) | None}}]; empty without a grid of two or more values."""
+    runs: dict = {}                                # entry -> grid value -> repeat -> row
+    for job, row in zip(jobs, rows):
+        if not job.grid:
+            continue
+        finished = runs.setdefault(job.entry, {}).setdefault(job.grid, {})
+        if row["status"] in OK:
+            finished[job.repeat] = row
+    out = []
+    for entry, values in runs.items():
+        first, *others = list(values)
+        for value in others:
+            both = [(values[first][r], values[value][r]) for r in values[value] if r in values[first]]
+            stats = {}
+            for key, _, kind, _ in PAIRED:
+                got = [(_number(a.get(key)), _number(b.get(key))) for a, b in both]
+                if kind == "diff":
+                    stats[key] = spread([b - a for a, b in got if a is not None and b is not None])
+                else:
+                    stats[key] = spread([b / a for a, b in got if a and b is not None])
+            out.append({"sequence": entry, "value": value, "first": first, "pairs": len(both), "stats": stats})
+    return out
+
+
+def paired_table(pairs: list[dict]) -> str:
+    """``paired``'s comparisons as markdown, one row per grid value after the first."""
+    lines = ["| sequence | value vs first | pairs | " + " | ".join(f"{h} ({k})" for _, h, k, _ in PAIRED) + " |",
+             "|" + "---|" * (3 + len(PAIRED))]
+    for p in pairs:
+        cells = [_stat_cell(p["stats"][key], fmt, True) for key, _, _, fmt in PAIRED]
+        lines.append(f"| {p['sequence']} | {p['value']} vs {p['first']} | {p['pairs']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(summary: list[dict]) -> str:
     """The table as markdown, one row per sequence (``COLUMNS``)."""
     lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -156,9 +204,12 @@ def markdown_table(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def document(summary: list[dict], header: str, notes: list[str]) -> str:
-    """suite.md: the header line, the table, what the values are, failed runs, notes (skipped ...)."""
+def document(summary: list[dict], header: str, notes: list[str], pairs: Optional[list[dict]] = None) -> str:
+    """suite.md: the header line, the table, what the values are, a grid's paired comparisons
+    (``paired``), failed runs, notes (skipped ...)."""
     parts = [header, "", markdown_table(summary), NOTE]
+    if pairs:
+        parts += ["", paired_table(pairs), PAIRED_NOTE]
     failed = [f for s in summary for f in s["failed"]]
     if failed:
         parts += ["", "Failed runs (not in the medians):"]
@@ -189,9 +240,10 @@ def to_csv(summary: list[dict]) -> str:
     return buf.getvalue()
 
 
-def write_suite(summary: list[dict], storage: RunStorage, header: str, notes: list[str]) -> tuple[str, dict]:
+def write_suite(summary: list[dict], storage: RunStorage, header: str, notes: list[str],
+                pairs: Optional[list[dict]] = None) -> tuple[str, dict]:
     """Write ``suite.md`` and ``suite.csv`` under the output root; returns (markdown text, {what: path})."""
-    text = document(summary, header, notes)
+    text = document(summary, header, notes, pairs)
     written = {"markdown": storage.write_bytes("suite.md", text.encode()),
                "csv": storage.write_bytes("suite.csv", to_csv(summary).encode())}
     return text, written
