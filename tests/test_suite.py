@@ -231,6 +231,7 @@ def test_a_grid_s_values_are_compared_run_by_run_against_the_first(tmp_path):
                             jobs=[{"name": "s", "set": ["data.last=12"]}, {"name": "t", "set": ["data.last=13"]}]))
     fps = {("s", "10"): [100.0, 80.0, 120.0], ("s", "5"): [90.0, 60.0, None], ("t", "10"): [50.0] * 3, ("t", "5"): [40.0] * 3}
     ate = {"10": 0.024, "5": 0.0247}
+    psnr = {"10": 23.5, "5": 23.75}
     outcomes, storage = {}, RunStorage(str(tmp_path))
     for job in jobs:
         value = job.params["mapping.keyframe_every"]
@@ -239,7 +240,8 @@ def test_a_grid_s_values_are_compared_run_by_run_against_the_first(tmp_path):
         if f is None:                       # a failed run leaves its pair out
             outcomes[job.folder] = {"status": "failed", "error": "killed"}
             continue
-        m = _metrics(ate[value], f, 0, images={"psnr": 20.0, "psnr_valid_depth": 23.5 + (value == "5") * 0.25})
+        m = _metrics(ate[value] if job.entry == "s" else 0.02, f, 0,
+                     images={"psnr": 20.0, "psnr_valid_depth": psnr[value] if job.entry == "s" else 23.5 - (value == "5") * 1e-3})
         (tmp_path / "runs" / job.folder / "metrics.json").write_text(json.dumps(m))
         outcomes[job.folder] = {"status": "done", "wall_s": 1.0}
     rows = build_rows(jobs, outcomes, storage)
@@ -255,6 +257,7 @@ def test_a_grid_s_values_are_compared_run_by_run_against_the_first(tmp_path):
     assert s["stats"]["gpu_ms_per_frame"] is None                      # a CPU run has none
     text = document(summarise(jobs, rows), "header", [], pairs)
     assert "| s | mapping.keyframe_every=5 vs mapping.keyframe_every=10 | 2 | +0.07 | 0.82 [0.75-0.90] |" in text
+    assert text.count("| +0.00 |") == 2 and "-0.00" not in text          # t: equal ATE, PSNR 0.001 dB lower
     assert paired(jobs[:1], rows[:1]) == [] and "Paired by repeat" not in document(summarise(jobs, rows), "h", [])
 
 
