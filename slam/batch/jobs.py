@@ -207,7 +207,7 @@ def expand(spec: BatchSpec) -> list[Job]:
     for base in spec.jobs:
         grid = base["grid"] if "grid" in base else spec.grid
         keys = list(grid)
-        variants = []                                   # (config, overrides, label, params, cfg, entry, grid)
+        variants = []                                   # (label, resolved config, the Job's other fields)
         for combo in itertools.product(*(grid[k] for k in keys)):
             grid_over = [f"{k}={format_value(v)}" for k, v in zip(keys, combo)]
             job_over = list(base.get("set") or [])
@@ -225,12 +225,12 @@ def expand(spec: BatchSpec) -> list[Job]:
             except (ConfigError, FileNotFoundError) as exc:
                 raise BatchSpecError(f"{spec.source}: job '{label}': {exc}") from None
             entry = str(name) if name else " ".join(job_over) or "default"
-            variants.append((config, tuple(overrides), label, params, cfg, entry, " ".join(grid_over)))
+            variants.append((label, cfg, {"config": config, "overrides": tuple(overrides), "params": params,
+                                          "entry": entry, "grid": " ".join(grid_over)}))
         for repeat in range(1, spec.repeats + 1) if spec.repeats else [0]:
-            for config, overrides, label, params, cfg, entry, grid_words in variants:
-                out.append(Job(config=config, overrides=overrides,
-                               label=f"{label} repeat={repeat}" if repeat else label, params=params,
-                               folder=folder_name(label, cfg, repeat), repeat=repeat, entry=entry, grid=grid_words))
+            for label, cfg, fields in variants:
+                out.append(Job(label=f"{label} repeat={repeat}" if repeat else label,
+                               folder=folder_name(label, cfg, repeat), repeat=repeat, **fields))
     seen: dict = {}
     for job in out:
         key = (job.folder.rsplit("-", 1)[1], job.repeat)

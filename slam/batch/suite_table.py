@@ -191,9 +191,10 @@ def paired_table(pairs: list[dict]) -> str:
     lines = ["| sequence | value vs first | pairs | " + " | ".join(f"{h} ({k})" for _, h, k, _ in PAIRED) + " |",
              "|" + "---|" * (3 + len(PAIRED))]
     for p in pairs:
-        cells = [_stat_cell(p["stats"][key], fmt, True) for key, _, _, fmt in PAIRED]
-        # a difference that rounds to zero reads +0.00, not -0.00
-        cells = [c.replace("-0.00", "+0.00") if kind == "diff" else c for c, (_, _, kind, _) in zip(cells, PAIRED)]
+        cells = []
+        for key, _, kind, fmt in PAIRED:
+            cell = _stat_cell(p["stats"][key], fmt, True)
+            cells.append(cell.replace("-0.00", "+0.00") if kind == "diff" else cell)   # a difference rounding to 0
         lines.append(f"| {p['sequence']} | {p['value']} vs {p['first']} | {p['pairs']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
