@@ -126,15 +126,20 @@ def test_first_use_charges_rss_growth_to_each_operation_s_first_call_only():
     from slam.tools.memory_stages import FirstUse
 
     reads = iter(range(0, 1000, 5))        # a fake RSS that grows 5 MB between any two reads
-    watch = FirstUse(rss=lambda: float(next(reads)))
+    ticks = iter(range(0, 1000, 2))        # a fake clock: 2 s between any two reads
+    watch = FirstUse(rss=lambda: float(next(reads)), clock=lambda: float(next(ticks)))
     x = torch.ones(4)
     with watch:
         x.exp(), x.exp(), x.exp().sigmoid(), x.to(torch.float64).exp()
-    assert [(mb, op) for mb, op, _, _ in watch.rows] == [(5.0, "aten::exp"), (5.0, "aten::sigmoid"),
-                                                          (5.0, "aten::_to_copy"), (5.0, "aten::exp")]
-    assert watch.rows[-1][2] == "cpu float64" and len(watch.seen) == 4
-    report = watch.report(30.0)
+    assert [(mb, op, ms) for mb, op, _, _, ms in watch.rows] == [
+        (5.0, "aten::exp", 2000.0), (5.0, "aten::sigmoid", 2000.0), (5.0, "aten::_to_copy", 2000.0), (5.0, "aten::exp", 2000.0)]
+    assert watch.rows[-1][2] == "cpu float64" and len(watch.seen) == 4 and watch.first_s == 8.0
+    report = watch.report(30.0, top=3)
     assert "first uses: +20.0 MB over 4 operations (4 seen)" in report and "+30.0 MB" in report
+    assert "they took 8.00 s (those listed 6.00), all 4 first calls 8.00 s" in report
+    # every call is counted by its caller's line in the project (none here: this test's file)
+    assert watch.sites[("aten::exp", ("cpu float32",))] == {"(outside the project)": 3}
+    assert "aten::exp (cpu float32): 1 call sites, (outside the project) x3" in watch.uses()
 
 
 def test_gpu_memory_replay_finds_the_peak_and_its_live_blocks():

@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import sys
 import tempfile
 import time
 import traceback
 
 from slam.tools.gpu_memory_profile import _site
 from slam.tools.measure_device import smaps_breakdown
+
+# a path inside the project's packages
+_OURS = re.compile(r"[/\\](slam|rasterizer)[/\\]")
 
 
 def rss_by_mapping() -> dict:
@@ -128,12 +133,13 @@ def op_stages(st: Stages, torch, dev) -> None:
 
 
 class FirstUse:
-    """A dispatch mode that charges host-memory growth to the first call of each torch operation
-    (by name, device and dtypes) on the thread it is entered on: the RSS before and after that one
-    call (a kernel's module is loaded at its first launch, on the calling thread, so no device wait
-    is needed). ``rss`` (MB now) may be replaced in tests."""
+    """A dispatch mode that charges host-memory growth and wall time to the first call of each
+    torch operation (by name, device and dtypes) on the thread it is entered on: the RSS before and
+    after that one call, and how long it took (a kernel's module is loaded at its first launch, on
+    the calling thread, so no device wait is needed for either; the time also holds the kernel's
+    launch, not its run). ``rss`` (MB now) and ``clock`` (s) may be replaced in tests."""
 
-    def __init__(self, rss=None) -> None:
+    def __init__(self, rss=None, clock=None) -> None:
         # imported here, not at the top: the tool's first stage measures importing torch
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -142,9 +148,12 @@ class FirstUse:
         from slam.runtime.recorder import current_rss_mb
 
         self.rss = rss or current_rss_mb
+        self.clock = clock or time.perf_counter
         self._tensor, self._leaves = torch.Tensor, tree_leaves   # for every dispatched call
         self.seen: set = set()
-        self.rows: list = []        # (MB, op, device and dtypes, call site)
+        self.rows: list = []        # (MB, op, device and dtypes, call site, ms) of growing first calls
+        self.first_s = 0.0          # the wall time of every first call
+        self.sites: dict = {}       # (op, device and dtypes) -> {call site: calls}: where each is used
         owner = self
 
         class _Mode(TorchDispatchMode):
@@ -157,17 +166,32 @@ class FirstUse:
         tensors = [a for a in self._leaves((args, kwargs)) if isinstance(a, self._tensor)]
         kinds = tuple(sorted({f"{t.device.type} {str(t.dtype).replace('torch.', '')}" for t in tensors}))
         key = (func.name(), kinds)
+        self._count_site(key)
         if key in self.seen:
             return func(*args, **kwargs)
         self.seen.add(key)
-        before = self.rss()
+        before, t0 = self.rss(), self.clock()
         out = func(*args, **kwargs)
+        took = self.clock() - t0
         grown = self.rss() - before
+        self.first_s += took
         if grown > 0.0:
             stack = reversed(traceback.extract_stack()[:-2])
             frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in stack]
-            self.rows.append((grown, func.name(), ", ".join(kinds), _site(frames)))
+            self.rows.append((grown, func.name(), ", ".join(kinds), _site(frames), 1e3 * took))
         return out
+
+    def _count_site(self, key) -> None:
+        """One more call of ``key`` from the project's innermost line on the stack."""
+        frame, site = sys._getframe(3), "(outside the project)"
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if _OURS.search(path) and "memory_stages" not in path:
+                site = f"{path[_OURS.search(path).start() + 1:]}:{frame.f_lineno} {frame.f_code.co_name}"
+                break
+            frame = frame.f_back
+        sites = self.sites.setdefault(key, {})
+        sites[site] = sites.get(site, 0) + 1
 
     def __enter__(self):
         self.mode.__enter__()
@@ -177,13 +201,26 @@ class FirstUse:
         return self.mode.__exit__(*exc)
 
     def report(self, total_mb: float, top: int = 40) -> str:
-        """The first uses that grew RSS the most, their sum and what grew outside them."""
+        """The first uses that grew RSS the most (with their wall ms), their sum and what grew
+        outside them, and the time all first uses took."""
         rows = sorted(self.rows, reverse=True)
         charged = sum(r[0] for r in rows)
-        lines = [f"{'MB':>6s}  {'operation':34s} {'tensors':28s} call site"]
-        lines += [f"{mb:6.1f}  {op:34s} {kinds:28s} {site}" for mb, op, kinds, site in rows[:top]]
+        lines = [f"{'MB':>6s} {'ms':>6s}  {'operation':34s} {'tensors':28s} call site"]
+        lines += [f"{mb:6.1f} {ms:6.1f}  {op:34s} {kinds:28s} {site}" for mb, op, kinds, site, ms in rows[:top]]
         lines.append(f"first uses: {charged:+.1f} MB over {len(rows)} operations ({len(self.seen)} seen); "
-                     f"the rest of the stage's {total_mb:+.1f} MB grew outside them (allocations, other threads)")
+                     f"the rest of the stage's {total_mb:+.1f} MB grew outside them (allocations, other threads); "
+                     f"they took {sum(r[4] for r in rows) / 1e3:.2f} s (those listed {sum(r[4] for r in rows[:top]) / 1e3:.2f}), "
+                     f"all {len(self.seen)} first calls {self.first_s:.2f} s")
+        return "\n".join(lines)
+
+    def uses(self, top: int = 40) -> str:
+        """For the operations whose first call grew RSS the most: every project line that called
+        them and how often (an operation family leaves a run only when all of them go)."""
+        lines = []
+        for mb, op, kinds, _, _ in sorted(self.rows, reverse=True)[:top]:
+            sites = sorted(self.sites.get((op, tuple(kinds.split(", ")) if kinds else ()), {}).items(), key=lambda kv: -kv[1])
+            lines.append(f"{mb:6.1f} MB {op} ({kinds}): {len(sites)} call sites, "
+                         + "; ".join(f"{site} x{n}" for site, n in sites[:6]) + (" ..." if len(sites) > 6 else ""))
         return "\n".join(lines)
 
 
@@ -199,6 +236,7 @@ def main(argv=None) -> int:
                     help="skip the rasterizer, cuBLAS and Adam stages: what a run itself adds after CUDA init")
     ap.add_argument("--ops", action="store_true", help="a stage per torch operation family a run uses")
     ap.add_argument("--spheres", type=int, default=50_000, help="spheres of the rasterizer stage")
+    ap.add_argument("--top-ops", type=int, default=40, help="--first-use: operations listed")
     ap.add_argument("--first-use", action="store_true",
                     help="run the SLAM stage sequentially and charge RSS growth to each operation's first call")
     args = ap.parse_args(argv)
@@ -243,7 +281,9 @@ def main(argv=None) -> int:
                     run_slam(run_args)
 
             st.run(f"SLAM run ({args.frames} frames, sequential, first uses charged)", run_watched)
-            print(watch.report(st.rows[-1][2]))
+            print(watch.report(st.rows[-1][2], args.top_ops))
+            print("where each is called:")
+            print(watch.uses(args.top_ops))
         else:
             st.run(f"SLAM run ({args.frames} frames, outputs written)", lambda: run_slam(run_args))
         print(f"(run folder: {out})")
