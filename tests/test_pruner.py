@@ -90,3 +90,6 @@ def test_lower_median_is_torch_median():
     x = torch.tensor([1.0, float("nan"), 0.5])
     assert lower_median(x).isnan() and x.median().isnan()
     assert float(lower_median(torch.tensor([float("inf"), 1.0, 2.0]))) == 2.0
+    x = torch.tensor([float("-inf"), 1.0, 2.0, float("-inf")])
+    assert float(lower_median(x)) == float(x.median()) == float("-inf")
+    assert float(lower_median(torch.tensor([float("-inf")]))) == float("-inf")
