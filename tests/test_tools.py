@@ -133,7 +133,7 @@ def test_first_use_charges_rss_growth_to_each_operation_s_first_call_only():
         x.exp(), x.exp(), x.exp().sigmoid(), x.to(torch.float64).exp()
     assert [(mb, op, ms) for mb, op, _, _, ms in watch.rows] == [
         (5.0, "aten::exp", 2000.0), (5.0, "aten::sigmoid", 2000.0), (5.0, "aten::_to_copy", 2000.0), (5.0, "aten::exp", 2000.0)]
-    assert watch.rows[-1][2] == "cpu float64" and len(watch.seen) == 4 and watch.first_s == 8.0
+    assert watch.rows[-1][2] == ("cpu float64",) and len(watch.seen) == 4 and watch.first_s == 8.0
     report = watch.report(30.0, top=3)
     assert "first uses: +20.0 MB over 4 operations (4 seen)" in report and "+30.0 MB" in report
     assert "they took 8.00 s (those listed 6.00), all 4 first calls 8.00 s" in report

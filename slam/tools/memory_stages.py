@@ -12,7 +12,9 @@ On CUDA the driver loads a kernel's module into host memory the first time any k
 costs host memory once: ``--ops`` runs the families a SLAM run uses, one stage each, in a fixed
 order (a family sharing a module with an earlier one shows ~0).
 
-``--first-use`` charges each torch operation's first call in a sequential run; entering its
+``--first-use`` charges each torch operation's first call in a sequential run (its RSS growth and
+wall time: a module's load) and lists every project line that calls each charged operation (a
+family leaves a run only when all of them go); entering its
 dispatch mode imports torch._dynamo (and so triton: ~50 MB in that stage, none of it a run's),
 so read the first calls' charges, not the stage's total.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -31,9 +32,7 @@ import traceback
 
 from slam.tools.gpu_memory_profile import _site
 from slam.tools.measure_device import smaps_breakdown
-
-# a path inside the project's packages
-_OURS = re.compile(r"[/\\](slam|rasterizer)[/\\]")
+from slam.tools.thread_sampler import package_frames
 
 
 def rss_by_mapping() -> dict:
@@ -151,7 +150,7 @@ class FirstUse:
         self.clock = clock or time.perf_counter
         self._tensor, self._leaves = torch.Tensor, tree_leaves   # for every dispatched call
         self.seen: set = set()
-        self.rows: list = []        # (MB, op, device and dtypes, call site, ms) of growing first calls
+        self.rows: list = []        # (MB, op, (device and dtype, ...), call site, ms) of growing first calls
         self.first_s = 0.0          # the wall time of every first call
         self.sites: dict = {}       # (op, device and dtypes) -> {call site: calls}: where each is used
         owner = self
@@ -178,18 +177,15 @@ class FirstUse:
         if grown > 0.0:
             stack = reversed(traceback.extract_stack()[:-2])
             frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in stack]
-            self.rows.append((grown, func.name(), ", ".join(kinds), _site(frames), 1e3 * took))
+            self.rows.append((grown, func.name(), kinds, _site(frames), 1e3 * took))
         return out
 
     def _count_site(self, key) -> None:
-        """One more call of ``key`` from the project's innermost line on the stack."""
-        frame, site = sys._getframe(3), "(outside the project)"
-        while frame is not None:
-            path = frame.f_code.co_filename
-            if _OURS.search(path) and "memory_stages" not in path:
-                site = f"{path[_OURS.search(path).start() + 1:]}:{frame.f_lineno} {frame.f_code.co_name}"
-                break
-            frame = frame.f_back
+        """One more call of ``key`` from the project's innermost line on the stack (this tool's
+        own frames left out)."""
+        ours = ((path, f) for path, f in package_frames(sys._getframe(1)) if "memory_stages" not in path)
+        path, frame = next(ours, (None, None))
+        site = f"{path}:{frame.f_lineno} {frame.f_code.co_name}" if frame is not None else "(outside the project)"
         sites = self.sites.setdefault(key, {})
         sites[site] = sites.get(site, 0) + 1
 
@@ -206,7 +202,7 @@ class FirstUse:
         rows = sorted(self.rows, reverse=True)
         charged = sum(r[0] for r in rows)
         lines = [f"{'MB':>6s} {'ms':>6s}  {'operation':34s} {'tensors':28s} call site"]
-        lines += [f"{mb:6.1f} {ms:6.1f}  {op:34s} {kinds:28s} {site}" for mb, op, kinds, site, ms in rows[:top]]
+        lines += [f"{mb:6.1f} {ms:6.1f}  {op:34s} {', '.join(kinds):28s} {site}" for mb, op, kinds, site, ms in rows[:top]]
         lines.append(f"first uses: {charged:+.1f} MB over {len(rows)} operations ({len(self.seen)} seen); "
                      f"the rest of the stage's {total_mb:+.1f} MB grew outside them (allocations, other threads); "
                      f"they took {sum(r[4] for r in rows) / 1e3:.2f} s (those listed {sum(r[4] for r in rows[:top]) / 1e3:.2f}), "
@@ -218,8 +214,8 @@ class FirstUse:
         them and how often (an operation family leaves a run only when all of them go)."""
         lines = []
         for mb, op, kinds, _, _ in sorted(self.rows, reverse=True)[:top]:
-            sites = sorted(self.sites.get((op, tuple(kinds.split(", ")) if kinds else ()), {}).items(), key=lambda kv: -kv[1])
-            lines.append(f"{mb:6.1f} MB {op} ({kinds}): {len(sites)} call sites, "
+            sites = sorted(self.sites.get((op, kinds), {}).items(), key=lambda kv: -kv[1])
+            lines.append(f"{mb:6.1f} MB {op} ({', '.join(kinds)}): {len(sites)} call sites, "
                          + "; ".join(f"{site} x{n}" for site, n in sites[:6]) + (" ..." if len(sites) > 6 else ""))
         return "\n".join(lines)
 

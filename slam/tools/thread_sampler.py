@@ -34,7 +34,7 @@ _TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _ROOTS = tuple(os.path.join(_TOP, d) + os.sep for d in ("slam", "rasterizer"))
 
 
-def _package_frames(frame):
+def package_frames(frame):
     """The package's frames on a thread's stack from ``frame`` outwards: (path relative to the
     checkout, frame), innermost first."""
     f = frame
@@ -49,14 +49,14 @@ def _where(frame, depth: int = 2) -> tuple[str, str]:
     """(the innermost ``depth`` lines of the package's code, innermost first, and the innermost
     call of all) of a thread's ``frame``: ``"slam/runtime/channel.py:59 get < slam/runtime/
     threads.py:140 tracking_loop"``, ``"wait"``."""
-    ours = [f"{path}:{f.f_lineno} {f.f_code.co_name}" for path, f in islice(_package_frames(frame), depth)]
+    ours = [f"{path}:{f.f_lineno} {f.f_code.co_name}" for path, f in islice(package_frames(frame), depth)]
     return " < ".join(ours) or "(outside the package)", frame.f_code.co_name
 
 
 def _functions(frame) -> set[str]:
     """The package functions on a thread's stack (``"slam/mapping/mapper.py add_keyframe"``),
     each once however often it recurs."""
-    return {f"{path} {f.f_code.co_name}" for path, f in _package_frames(frame)}
+    return {f"{path} {f.f_code.co_name}" for path, f in package_frames(frame)}
 
 
 class ThreadSampler:
