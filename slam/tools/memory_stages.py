@@ -28,9 +28,8 @@ import os
 import sys
 import tempfile
 import time
-import traceback
+from itertools import islice
 
-from slam.tools.gpu_memory_profile import _site
 from slam.tools.measure_device import smaps_breakdown
 from slam.tools.thread_sampler import package_frames
 
@@ -165,7 +164,9 @@ class FirstUse:
         tensors = [a for a in self._leaves((args, kwargs)) if isinstance(a, self._tensor)]
         kinds = tuple(sorted({f"{t.device.type} {str(t.dtype).replace('torch.', '')}" for t in tensors}))
         key = (func.name(), kinds)
-        self._count_site(key)
+        callers = self._callers()
+        sites = self.sites.setdefault(key, {})
+        sites[callers[0]] = sites.get(callers[0], 0) + 1
         if key in self.seen:
             return func(*args, **kwargs)
         self.seen.add(key)
@@ -175,19 +176,15 @@ class FirstUse:
         grown = self.rss() - before
         self.first_s += took
         if grown > 0.0:
-            stack = reversed(traceback.extract_stack()[:-2])
-            frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in stack]
-            self.rows.append((grown, func.name(), kinds, _site(frames), 1e3 * took))
+            self.rows.append((grown, func.name(), kinds, " <- ".join(callers), 1e3 * took))
         return out
 
-    def _count_site(self, key) -> None:
-        """One more call of ``key`` from the project's innermost line on the stack (this tool's
-        own frames left out)."""
+    @staticmethod
+    def _callers(depth: int = 2) -> list[str]:
+        """The project's innermost ``depth`` lines on the calling thread's stack, innermost first
+        (this tool's own frames left out); ["(outside the project)"] when there is none."""
         ours = ((path, f) for path, f in package_frames(sys._getframe(1)) if "memory_stages" not in path)
-        path, frame = next(ours, (None, None))
-        site = f"{path}:{frame.f_lineno} {frame.f_code.co_name}" if frame is not None else "(outside the project)"
-        sites = self.sites.setdefault(key, {})
-        sites[site] = sites.get(site, 0) + 1
+        return [f"{path}:{f.f_lineno} {f.f_code.co_name}" for path, f in islice(ours, depth)] or ["(outside the project)"]
 
     def __enter__(self):
         self.mode.__enter__()
