@@ -211,20 +211,6 @@ def test_the_reference_phases_do_not_move_on_a_singular_system():
     assert np.array_equal(ref[L.TRIAL_T:L.TRIAL_T + 16], s[L.T:L.T + 16]) and ref[L.STEP_MAX] == 0.0
 
 
-def test_pivot_depth_is_the_median_of_valid_depth():
-    from slam.tracking.fused import pivot_depth
-    g = torch.Generator().manual_seed(0)
-    for holes in (0.0, 0.3, 0.999):
-        d = torch.rand(37, 51, generator=g) * 3 + 0.5
-        d[torch.rand(37, 51, generator=g) < holes] = 0
-        assert float(pivot_depth(d)) == float(d[d > 0].median())
-    assert float(pivot_depth(torch.zeros(4, 4))) == 1.0
-    assert float(pivot_depth(torch.tensor([[0.0, 4.0, 1.0], [3.0, 0.0, 2.0]]))) == 2.0   # even: the lower
-    assert float(pivot_depth(torch.tensor([[0.0, 5.0]]))) == 5.0                          # one valid pixel
-    big = torch.rand(480, 640, generator=g) + 1.0                                          # 640x480, all valid
-    assert float(pivot_depth(big)) == float(big.median())
-
-
 def _diagonal_state(h_diag, g):
     """An LM state whose CUR normal equations are diag(h_diag), g (8 each), damping 1e-3."""
     from rasterizer.gn_reference import N_TRI

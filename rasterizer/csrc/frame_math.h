@@ -3,7 +3,8 @@
 //   colour: the mean of the f x f block (summed row by row, then divided by f^2, as avg_pool2d);
 //   depth:  the median of the block's valid values (0 < d < inf), the mean of the two middle ones
 //           for an even count; 0 when the block has none.
-// And the depth-edge mask (depth_edge_ok) and the rolling-shutter unroll (unroll_pixel).
+// And the depth-edge mask (depth_edge_ok), the rolling-shutter unroll (unroll_pixel) and what the
+// median depth (median_depth) counts as valid (valid_depth).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -19,6 +20,10 @@
 namespace sr {
 
 constexpr int kMaxDownsample = 16;   // the largest factor f: a block's depths in 256 entries
+constexpr double kNoMedianDepth = 1.0;   // median_depth of an image without a valid value, metres
+
+// A valid depth (metres): 0 < d < inf (not NaN).
+SR_FRAME_HD bool valid_depth(float d) { return d > 0.f && d <= FLT_MAX; }
 
 // Output pixel (y, x) of (h, w) from (H, W) inputs: colour (H, W, 3), depth (H, W) row-major.
 // MaxF >= f sizes the per-thread array of the block's depths (on CUDA, local memory reserved for
@@ -37,7 +42,7 @@ SR_FRAME_HD void downsample_pixel(int64_t y, int64_t x, int f, int64_t W, int64_
       g += color[3 * i + 1];
       b += color[3 * i + 2];
       const float d = depth[i];
-      if (d > 0.f && d <= FLT_MAX) {   // insertion into the sorted valid values
+      if (valid_depth(d)) {   // insertion into the sorted valid values
         int k = n++;
         while (k > 0 && vals[k - 1] > d) {
           vals[k] = vals[k - 1];

@@ -173,7 +173,7 @@ class FusedSolver:
 
     def _run_eager(self, pyramid, snapshot: MapSnapshot, T_cw: np.ndarray, schedule, stop_when_done: bool) -> np.ndarray:
         state = L.new_state(T_cw, snapshot.device)
-        state[L.PIVOT:L.PIVOT + 1] = pivot_depth(pyramid[-1][0].depth)
+        state[L.PIVOT:L.PIVOT + 1] = rasterizer.median_depth(pyramid[-1][0].depth)
         scene = Scene(snapshot.means, snapshot.radii, snapshot.colors, snapshot.opacities)
         self.run_levels(scene, pyramid, state, schedule, stop_when_done)
         return self.read_back(state)
@@ -191,23 +191,6 @@ class FusedSolver:
         T_wc = orthonormalize(T_wc) if np.all(np.isfinite(T_wc)) else T_wc   # NaN: failed by the tracker
         return TrackResult(T_wc, res.l1 / cnt, known, True, False, trials, q,
                            information=pivot_information_to_body(res.H.numpy(), float(host[L.PIVOT])))
-
-
-def pivot_depth(depth: torch.Tensor) -> torch.Tensor:
-    """The rotation pivot's z: the median valid (> 0) depth of (H, W) ``depth`` (the lower middle
-    value for an even count, as ``torch.median``), m, as a (1,) float64 tensor on its device (1 m
-    when nothing is valid). A sort and an index: no host wait (``nanmedian`` costs ~0.4 ms of
-    host time a call on CUDA). The middle index is halved in float32 (exact below 2^24 pixels)
-    rather than by integer division, and read by indexing rather than ``gather``: on CUDA each
-    operation family a run touches loads its kernels into host memory once (10-25 MB each for
-    those two; docs/benchmarks.md#host-memory), and these are the run's only users of them."""
-    d = depth.reshape(-1)
-    ok = d > 0
-    ranked = torch.sort(torch.where(ok, d, torch.full_like(d, float("inf"))))[0]
-    n = ok.sum().reshape(1)
-    middle = ((n - 1).clamp_min(0).float() * 0.5).long()      # (n - 1) // 2, n >= 1
-    mid = ranked[middle]
-    return torch.where(n > 0, mid, torch.ones_like(mid)).to(torch.float64)
 
 
 class HostCopy:
@@ -275,7 +258,7 @@ class FrameGraphs:
 
     def _frame(self, schedule) -> None:
         """The captured work: pyramid, pivot, LM (the start state is already in place)."""
-        self.state[L.PIVOT:L.PIVOT + 1] = pivot_depth(self.obs.depth)
+        self.state[L.PIVOT:L.PIVOT + 1] = rasterizer.median_depth(self.obs.depth)
         pyramid = lm.pyramid(self.obs, len(schedule))
         self.solver.run_levels(self.scene, pyramid, self.state, schedule, stop_when_done=False)
 
