@@ -67,9 +67,9 @@ Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution 
 valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
 max_jump)`` the valid depth away from depth edges, in one kernel; ``unroll(color, depth, intrinsics,
 omega, color_readout_s, depth_readout_s, depth_offset_s)`` a rolling-shutter frame (and a depth
-image taken after its colour) in the camera of the colour's middle row, in one kernel;
-``median_depth(depth)`` the lower median of the valid depths (the tracker's pivot), in one kernel
-(rasterizer/frame.py).
+image taken after its colour) in the camera of the colour's middle row, in one kernel
+(rasterizer/frame.py). ``median_depth(depth)`` the lower median of the valid depths (the tracker's
+pivot) and ``lower_median(x)`` a tensor's, one kernel each (rasterizer/median.py).
 
 Backends: ``auto`` (cuda for CUDA tensors, else cpu), ``cuda`` and ``cpu`` (tiled kernels compiled
 on first use, see rasterizer/_build.py), ``reference`` (dense PyTorch, float32 or float64), and
@@ -87,13 +87,14 @@ from ._ext import BACKENDS, OP_BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
 from .activation import activate_rows, activate_rows_backward
 from .adam import adam_rows
-from .frame import depth_edge_mask, downsample, median_depth, unroll
+from .frame import depth_edge_mask, downsample, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 from .loss import RenderLoss, render_l1_loss
+from .median import lower_median, median_depth
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "OP_BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "activate_rows", "activate_rows_backward", "render_l1_loss",
-           "RenderLoss", "downsample", "depth_edge_mask", "unroll", "median_depth"]
+           "RenderLoss", "downsample", "depth_edge_mask", "unroll", "median_depth", "lower_median"]
 
 
 class RasterOutput(NamedTuple):

@@ -1,6 +1,6 @@
 """Frame kernels, one launch per call: downsampling by an integer factor f (a frame to the
-tracking resolution, the tracker's pyramid levels), the depth-edge mask, the rolling-shutter
-unroll and the median depth.
+tracking resolution, the tracker's pyramid levels), the depth-edge mask and the rolling-shutter
+unroll.
 
 Downsampling (every backend), for output pixel (y, x) of (H // f, W // f) (rows and columns beyond
 a whole block are dropped):
@@ -46,12 +46,6 @@ when the camera had turned by exp(omega tau) from the middle row's orientation. 
 A ray turned behind the camera (d_z <= 1e-6) keeps the pixel's colour and gets depth 0.
 ``unroll_reference`` is the PyTorch formulation (about forty launches); the kernels share
 ``sr::unroll_pixel``.
-
-Median depth (``median_depth``; the tracker's rotation pivot): the lower middle of the n valid
-values (0 < d < inf) of a depth image, sorted value (n - 1) // 2 (``torch.median``'s choice for an
-even count), exactly; 1 m when none is valid. ``median_depth_reference`` is the PyTorch
-formulation (a sort, about ten launches and a host wait); the CUDA kernel is one block's radix
-select on the values' float bits, the CPU twin an ``nth_element``; they share ``sr::valid_depth``.
 """
 from __future__ import annotations
 
@@ -209,24 +203,3 @@ def unroll(color: torch.Tensor, depth: torch.Tensor, intrinsics: Sequence[float]
               + [float(color_readout_s), float(depth_readout_s), float(depth_offset_s)])
     out = _ext.ops(kind).unroll(color.contiguous(), depth.contiguous(), params)
     return out[0], out[1]
-
-
-def median_depth_reference(depth: torch.Tensor) -> torch.Tensor:
-    """The median depth with PyTorch ops (the oracle of the tests; the model above)."""
-    d = depth.reshape(-1)
-    values = torch.sort(d[(d > 0) & (d < float("inf"))])[0]
-    if values.numel() == 0:
-        return torch.ones(1, dtype=torch.float64, device=depth.device)
-    return values[(values.numel() - 1) // 2].reshape(1).to(torch.float64)
-
-
-def median_depth(depth: torch.Tensor, backend: str = "auto") -> torch.Tensor:
-    """The lower median of the valid values (0 < d < inf) of ``depth`` (H, W) float32 metres, as a
-    (1,) float64 tensor on its device, metres (1 m when none is valid; the model above). One kernel,
-    no host wait (CUDA graphs can hold it). ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
-    if depth.dim() != 2 or depth.dtype != torch.float32:
-        raise ValueError(f"depth must be (H, W) float32, got {tuple(depth.shape)} {depth.dtype}")
-    kind = _ext.resolve_backend(backend, depth, what="depth")
-    if kind == "reference":
-        return median_depth_reference(depth)
-    return _ext.ops(kind).median_depth(depth.contiguous())

@@ -77,19 +77,3 @@ def test_make_room_drops_least_important_to_fit_budget():
     assert torch.equal(m.active()[-5:], keep_best)        # the most important survived
     assert m.add(torch.rand(4, 3), torch.full((4,), 0.01), torch.full((4, 3), 0.5), torch.full((4,), 0.8)) == 4
     assert m.n == 10 == m.budget
-
-
-def test_lower_median_is_torch_median():
-    from slam.mapping.pruner import lower_median
-    g = torch.Generator().manual_seed(3)
-    for n in (1, 2, 7, 10, 1001):
-        x = torch.rand(n, generator=g)
-        assert float(lower_median(x)) == float(x.median())
-    x = torch.tensor([3.0, 1.0, 2.0, 2.0])
-    assert float(lower_median(x)) == float(x.median()) == 2.0
-    x = torch.tensor([1.0, float("nan"), 0.5])
-    assert lower_median(x).isnan() and x.median().isnan()
-    assert float(lower_median(torch.tensor([float("inf"), 1.0, 2.0]))) == 2.0
-    x = torch.tensor([float("-inf"), 1.0, 2.0, float("-inf")])
-    assert float(lower_median(x)) == float(x.median()) == float("-inf")
-    assert float(lower_median(torch.tensor([float("-inf")]))) == float("-inf")

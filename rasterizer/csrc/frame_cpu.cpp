@@ -1,11 +1,10 @@
 // CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask, rolling-shutter
-// unroll, median depth; the models are in
+// unroll; the models are in
 // rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel. The ops'
 // schemas are declared here (once for both libraries); frame_cuda.cu registers their CUDA kernels.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "frame_math.h"
@@ -53,22 +52,6 @@ std::vector<at::Tensor> unroll_cpu(const at::Tensor& color, const at::Tensor& de
   return {out_color, out_depth};
 }
 
-at::Tensor median_depth_cpu(const at::Tensor& depth) {
-  sr::check_depth_image(depth, /*cuda=*/false);
-  const float* d = depth.data_ptr<float>();
-  std::vector<float> valid;
-  valid.reserve((size_t)depth.numel());
-  for (int64_t i = 0; i < depth.numel(); ++i)
-    if (sr::valid_depth(d[i])) valid.push_back(d[i]);
-  double median = sr::kNoMedianDepth;
-  if (!valid.empty()) {
-    auto mid = valid.begin() + (valid.size() - 1) / 2;   // the lower middle value
-    std::nth_element(valid.begin(), mid, valid.end());
-    median = *mid;
-  }
-  return at::full({1}, median, depth.options().dtype(at::kDouble));
-}
-
 // Arguments and results as rasterizer/frame.py passes and reads them.
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   m.def("downsample(Tensor color, Tensor depth, int factor) -> Tensor[]");
@@ -76,12 +59,10 @@ TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   // params: fx, fy, cx, cy (pixels), wx, wy, wz (rad/s), colour readout, depth readout, depth
   // offset (s)
   m.def("unroll(Tensor color, Tensor depth, float[] params) -> Tensor[]");
-  m.def("median_depth(Tensor depth) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
   m.impl("downsample", &downsample_cpu);
   m.impl("depth_edge_mask", &depth_edge_mask_cpu);
   m.impl("unroll", &unroll_cpu);
-  m.impl("median_depth", &median_depth_cpu);
 }

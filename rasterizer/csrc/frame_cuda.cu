@@ -2,7 +2,7 @@
 // the CPU twins frame_cpu.cpp), one thread per output pixel: downsampling (colour and depth of a
 // frame or pyramid level in one launch, where the PyTorch formulation took about fifteen) and the
 // depth-edge mask (one launch instead of about twelve) and the rolling-shutter unroll (one launch
-// instead of about forty); and the median depth (one block).
+// instead of about forty).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -41,58 +41,6 @@ __global__ void __launch_bounds__(kThreads)
                   float* __restrict__ out_depth) {
   const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (i < p.H * p.W) sr::unroll_pixel(i / p.W, i % p.W, p, color, depth, out_color, out_depth);
-}
-
-// The median depth in one block: a radix select on the valid values' float bits (positive floats
-// order as their 32-bit patterns), 8 bits a pass from the top. Each pass histograms the valid
-// values whose bits above the pass's digit equal the prefix chosen so far (one shared-memory add
-// per warp and bin: a frame's depths share their top bits), then one thread picks the digit whose
-// bin holds the wanted rank. The first pass also counts the valid values (n), and the rank is the
-// lower middle, (n - 1) / 2. A few microseconds for a 320x240 frame, where a sort took ~30 and
-// the PyTorch formulation ten more launches.
-constexpr int kMedianThreads = 1024;
-
-__global__ void __launch_bounds__(kMedianThreads)
-    median_depth_kernel(int64_t n, const float* __restrict__ depth, double* __restrict__ out) {
-  __shared__ unsigned int hist[256];
-  __shared__ unsigned int chosen_prefix, chosen_rank, valid_count;
-  const unsigned int lane = threadIdx.x & 31u;
-  unsigned int prefix = 0u, rank = 0u;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    const unsigned int above = pass == 0 ? 0u : 0xffffffffu << (shift + 8);   // the chosen bits
-    for (int b = threadIdx.x; b < 256; b += kMedianThreads) hist[b] = 0u;
-    __syncthreads();
-    for (int64_t base = 0; base < n; base += kMedianThreads) {   // every thread the same trips
-      const int64_t i = base + threadIdx.x;
-      unsigned int bin = 256u;   // none
-      if (i < n) {
-        const float d = depth[i];
-        const unsigned int bits = __float_as_uint(d);
-        if (sr::valid_depth(d) && (bits & above) == prefix) bin = (bits >> shift) & 255u;
-      }
-      const unsigned int peers = __match_any_sync(0xffffffffu, bin);
-      if (bin < 256u && lane == (unsigned int)(__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      if (pass == 0) {
-        unsigned int total = 0u;
-        for (int b = 0; b < 256; ++b) total += hist[b];
-        valid_count = total;
-        rank = total > 0u ? (total - 1u) / 2u : 0u;
-      }
-      unsigned int below = 0u;
-      int digit = 0;
-      while (digit < 255 && below + hist[digit] <= rank) below += hist[digit++];
-      chosen_prefix = prefix | ((unsigned int)digit << shift);
-      chosen_rank = rank - below;
-    }
-    __syncthreads();
-    prefix = chosen_prefix;
-    rank = chosen_rank;
-  }
-  if (threadIdx.x == 0) out[0] = valid_count > 0u ? (double)__uint_as_float(prefix) : sr::kNoMedianDepth;
 }
 
 }  // namespace
@@ -144,20 +92,9 @@ std::vector<at::Tensor> unroll_cuda(const at::Tensor& color, const at::Tensor& d
   return {out_color, out_depth};
 }
 
-at::Tensor median_depth_cuda(const at::Tensor& depth) {
-  sr::check_depth_image(depth, /*cuda=*/true);
-  auto out = at::empty({1}, depth.options().dtype(at::kDouble));
-  const c10::cuda::CUDAGuard guard(depth.device());
-  median_depth_kernel<<<1, kMedianThreads, 0, c10::cuda::getCurrentCUDAStream().stream()>>>(
-      depth.numel(), depth.data_ptr<float>(), out.data_ptr<double>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-
 // The schemas are in frame_cpu.cpp.
 TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
   m.impl("downsample", &downsample_cuda);
   m.impl("depth_edge_mask", &depth_edge_mask_cuda);
   m.impl("unroll", &unroll_cuda);
-  m.impl("median_depth", &median_depth_cuda);
 }

@@ -3,8 +3,8 @@
 //   colour: the mean of the f x f block (summed row by row, then divided by f^2, as avg_pool2d);
 //   depth:  the median of the block's valid values (0 < d < inf), the mean of the two middle ones
 //           for an even count; 0 when the block has none.
-// And the depth-edge mask (depth_edge_ok), the rolling-shutter unroll (unroll_pixel) and what the
-// median depth (median_depth) counts as valid (valid_depth).
+// And the depth-edge mask (depth_edge_ok), the rolling-shutter unroll (unroll_pixel) and what counts
+// as a valid depth (valid_depth; also the median depth's, median_math.h).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -20,7 +20,6 @@
 namespace sr {
 
 constexpr int kMaxDownsample = 16;   // the largest factor f: a block's depths in 256 entries
-constexpr double kNoMedianDepth = 1.0;   // median_depth of an image without a valid value, metres
 
 // A valid depth (metres): 0 < d < inf (not NaN).
 SR_FRAME_HD bool valid_depth(float d) { return d > 0.f && d <= FLT_MAX; }

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rasterizer import lower_median
 from slam.config import PrunerConfig
 from slam.map.sphere_map import OPACITY, SphereMap
 
@@ -47,18 +48,6 @@ def adapt_factor(cfg: PrunerConfig, novelty: float) -> float:
     return cfg.revisit_prune + (cfg.explore_keep - cfg.revisit_prune) * t
 
 
-def lower_median(x: torch.Tensor) -> torch.Tensor:
-    """The lower median of non-empty ``x`` (any shape), a 0-d tensor on its device: as
-    ``x.median()`` (NaN when ``x`` has one), by a sort. On CUDA every operation family loads its
-    kernels into host memory on first use (docs/benchmarks.md#host-memory); the run's sorts
-    already load the sort, ``median`` would add its own. NaN is told by an ordering comparison (it
-    fails every one), not ``isnan``: that is ``!=``, whose kernels (with ``==``'s) no other part of
-    a run needs."""
-    ranked = torch.sort(x.reshape(-1))[0]          # NaN sorts last
-    last = ranked[-1]
-    return torch.where(last >= float("-inf"), ranked[(ranked.numel() - 1) // 2], last)
-
-
 def _median(x: torch.Tensor) -> torch.Tensor:
     return lower_median(x).clamp_min(1e-12) if x.numel() else torch.ones((), device=x.device)
 
@@ -77,7 +66,8 @@ class Pruner:
         e_new = error_sum[:n] / weight_sum[:n].clamp_min(1e-12)
         beta = self.cfg.weight_ema
         st = smap.stats
-        fresh = st["age"][:n] <= 0          # ages count rounds (>= 0); ``<=``, not ``==``: see lower_median
+        fresh = st["age"][:n] <= 0          # ages count rounds (>= 0); ``<=``, not ``==``: on CUDA
+        # ``==``'s kernels would load into host memory for this line alone (docs/benchmarks.md#host-memory)
         for name, new in (("contribution", c_new), ("error", e_new)):
             old = st[name][:n]
             blended = torch.where(fresh, new, beta * old + (1 - beta) * new)

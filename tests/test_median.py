@@ -1,12 +1,13 @@
-"""The median depth kernel (rasterizer.median_depth: the tracker's rotation pivot; CPU and, with a
-GPU, CUDA) against its PyTorch oracle and torch.median: exactly equal on depth with holes, NaN,
-inf, negative values, ties, odd and even counts, nothing valid, and sizes up to 640x480."""
+"""The median kernels (rasterizer.median_depth: the tracker's rotation pivot; rasterizer.lower_median:
+the pruner's normalisers; CPU and, with a GPU, CUDA) against their PyTorch oracles and torch.median:
+exactly equal on depth with holes, NaN, inf, negative values, ties, odd and even counts, nothing
+valid, and sizes up to 640x480."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rasterizer.frame import median_depth, median_depth_reference
+from rasterizer.median import lower_median, lower_median_reference, median_depth, median_depth_reference
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -34,7 +35,7 @@ def _median_of_valid(d: torch.Tensor) -> float:
 def test_matches_the_oracle_and_torch_median(device, shape, holes):
     d = _depth(*shape, holes, seed=shape[0] * 7 + int(holes * 1000)).to(device)
     got = median_depth(d)
-    assert got.shape == (1,) and got.dtype == torch.float64 and got.device == d.device
+    assert got.shape == () and got.dtype == torch.float32 and got.device == d.device
     assert float(got) == float(median_depth_reference(d.cpu())) == _median_of_valid(d.cpu())
 
 
@@ -69,3 +70,31 @@ def test_backends_agree_and_bad_arguments_are_refused():
         median_depth(d[None])
     with pytest.raises(ValueError, match="backend"):
         median_depth(d, backend="gsplat")
+    with pytest.raises(ValueError, match="float32"):
+        lower_median(d.double())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [1, 2, 7, 10, 1001, 300_000])
+def test_lower_median_is_torch_median(device, n):
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * 10).to(device)              # negative values too
+    got = lower_median(x)
+    assert got.shape == () and got.dtype == torch.float32 and got.device == x.device
+    assert float(got) == float(x.cpu().median()) == float(lower_median_reference(x.cpu()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lower_median_small_cases(device):
+    def med(values):
+        return lower_median(torch.tensor(values, dtype=torch.float32, device=device))
+    assert float(med([3.0, 1.0, 2.0, 2.0])) == 2.0
+    assert med([1.0, float("nan"), 0.5]).isnan()                    # as torch.median: NaN
+    assert med([]).isnan()
+    assert float(med([float("inf"), 1.0, 2.0])) == 2.0
+    assert float(med([float("-inf"), 1.0, 2.0, float("-inf")])) == float("-inf")
+    assert float(med([float("-inf")])) == float("-inf")
+    assert float(med([-3.0, -1.0, -2.0])) == -2.0
+    assert float(med([-0.0, 0.0, 1.0])) == 0.0
+    x = torch.rand(4, 5, 6, device=device)                          # any shape
+    assert float(lower_median(x)) == float(x.cpu().median())
