@@ -6,8 +6,8 @@ pruner's normalisers) and of a depth image's valid values (the tracker's rotatio
     median_depth(depth): the same over the valid values (0 < d < inf, metres) of a depth image;
                          1 m when none is valid
 
-CUDA (csrc/median_cuda.cu): one block's radix select on the values' float bits as ordered keys, 8
-bits a pass; the CPU twin (csrc/median_cpu.cpp) an ``nth_element``; they share the rules
+CUDA (csrc/median_cuda.cu): one block's radix select on the values' float bits as ordered keys
+(digits of 11, 11 and 10 bits: three passes); the CPU twin (csrc/median_cpu.cpp) an ``nth_element``; they share the rules
 (csrc/median_math.h). The PyTorch formulations (``*_reference``: a sort, the tests' oracles) take
 about ten launches; on CUDA each torch operation family also loads its kernels into host memory on
 first use (docs/benchmarks.md#host-memory), and with these kernels neither the tracker nor the
