@@ -1,4 +1,4 @@
-"""Medians in one kernel each, exact and without a host wait: the lower median of a tensor (the
+"""Medians in one op each, exact and without a host wait: the lower median of a tensor (the
 pruner's normalisers) and of a depth image's valid values (the tracker's rotation pivot).
 
     lower_median(x):     of the n values of x sorted, value (n - 1) // 2 (``torch.median``'s choice:
@@ -6,12 +6,12 @@ pruner's normalisers) and of a depth image's valid values (the tracker's rotatio
     median_depth(depth): the same over the valid values (0 < d < inf, metres) of a depth image;
                          1 m when none is valid
 
-CUDA (csrc/median_cuda.cu): one block's radix select on the values' float bits as ordered keys
-(digits of 11, 11 and 10 bits: three passes); the CPU twin (csrc/median_cpu.cpp) an ``nth_element``; they share the rules
-(csrc/median_math.h). The PyTorch formulations (``*_reference``: a sort, the tests' oracles) take
-about ten launches; on CUDA each torch operation family also loads its kernels into host memory on
-first use (docs/benchmarks.md#host-memory), and with these kernels neither the tracker nor the
-pruner sorts.
+CUDA (csrc/median_cuda.cu): a radix select on the values' float bits as ordered keys (digits of
+11, 11 and 10 bits: three passes, each a grid's histogram then one block's choice of the digit);
+the CPU twin (csrc/median_cpu.cpp) an ``nth_element``; they share the rules (csrc/median_math.h).
+The PyTorch formulations (``*_reference``: a sort, the tests' oracles) take about ten launches; on
+CUDA each torch operation family also loads its kernels into host memory on first use
+(docs/benchmarks.md#host-memory), and with these kernels neither the tracker nor the pruner sorts.
 """
 from __future__ import annotations
 
