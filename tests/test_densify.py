@@ -1,11 +1,12 @@
-"""Densification's candidate pixels (slam.mapping.densify.candidate_mask): missing, in front of the
-map or (when switched on) too coarse in colour, on valid depth away from edges."""
+"""Densification (slam.mapping.densify): the candidate pixels (missing, in front of the map or, when
+switched on, too coarse in colour, on valid depth away from edges), the seeding grid, and which
+seeds a budget cut keeps (the most needed: lowest priority, ties in grid order)."""
 from types import SimpleNamespace
 
 import torch
 
 from slam.config import MappingConfig
-from slam.mapping.densify import candidate_mask
+from slam.mapping.densify import candidate_mask, most_needed, seed_pixels, seed_spheres
 from slam.observation import Observation
 
 
@@ -33,3 +34,71 @@ def test_colour_error_counts_when_switched_on():
     mask = candidate_mask(obs, render, MappingConfig(densify_color_error=0.5))
     assert mask[2, 2] and mask[3, 3] and int(mask.sum()) == 4
     assert int(candidate_mask(obs, render, MappingConfig(densify_color_error=0.7)).sum()) == 3
+
+
+def test_seed_pixels_are_the_masked_grid_points_in_row_major_order():
+    cfg = MappingConfig(densify_stride=2)
+    mask = torch.ones(5, 6, dtype=torch.bool)
+    mask[2, :] = False
+    vs, us = seed_pixels(mask, cfg, torch.Generator().manual_seed(0))
+    assert vs.numel() > 0 and bool(mask[vs, us].all())
+    assert len({int(v) % 2 for v in vs}) == 1 and len({int(u) % 2 for u in us}) == 1   # one grid offset
+    flat = (vs * 6 + us).tolist()
+    assert flat == sorted(flat)
+    assert vs.numel() == int(mask[int(vs[0]) % 2 :: 2, int(us[0]) % 2 :: 2].sum())   # every masked grid point
+
+
+def test_a_budget_cut_keeps_the_lowest_priority_seeds_ties_in_their_order():
+    vs = torch.tensor([0, 0, 1, 1, 2])
+    us = torch.tensor([0, 3, 1, 2, 0])
+    priority = torch.zeros(3, 4)
+    priority[0, 0], priority[0, 3], priority[1, 1], priority[1, 2], priority[2, 0] = 0.9, 0.2, 0.5, 0.2, 0.0
+    kv, ku = most_needed(vs, us, priority, 3)
+    assert list(zip(kv.tolist(), ku.tolist())) == [(2, 0), (0, 3), (1, 2)]
+    assert most_needed(vs, us, priority, 0)[0].numel() == 0
+
+
+def test_seed_spheres_back_project_their_pixels():
+    cfg = MappingConfig(densify_stride=2)
+    K = torch.tensor([[100.0, 0, 4], [0, 100.0, 3], [0, 0, 1]])
+    obs = Observation(torch.rand(6, 8, 3), torch.full((6, 8), 2.0), K)
+    vs, us = torch.tensor([3, 1]), torch.tensor([4, 6])
+    means, radii, colors, opacities = seed_spheres(obs, torch.eye(4), vs, us, cfg)
+    assert torch.allclose(means, torch.tensor([[0.0, 0.0, 2.0], [0.04, -0.04, 2.0]]))
+    assert torch.allclose(radii, torch.full((2,), cfg.radius_scale * 2 * 2.0 / 100.0))
+    assert torch.equal(colors, obs.color[vs, us]) and torch.all(opacities == cfg.initial_opacity)
+
+
+def test_the_mapper_cuts_new_seeds_to_the_budget_keeping_the_map_s_holes():
+    """With no room for every seed, the mapper keeps those where the map renders the least alpha
+    (the holes), not the first in grid order; with room, every seed is added."""
+    import numpy as np
+
+    from slam.config import PrunerConfig
+    from slam.map.keyframes import KeyframeView
+    from slam.map.sphere_map import SphereMap
+    from slam.mapping.keyframes import KeyframeStore
+    from slam.mapping.mapper import Mapper
+
+    K = torch.tensor([[40.0, 0, 19.5], [0, 40.0, 14.5], [0, 0, 1]])
+    view = KeyframeView.derive(torch.full((30, 40, 3), 128, dtype=torch.uint8), torch.full((30, 40), 2.0).half(),
+                               K, torch.eye(4))
+    kf = SimpleNamespace(T_wc=np.eye(4), kf_id=1)
+    ys, xs = torch.meshgrid(torch.linspace(-0.7, 0.7, 30), torch.linspace(-1.9, -0.05, 40), indexing="ij")
+    behind = torch.stack([xs.flatten() * 1.5, ys.flatten() * 1.5, torch.full((1200,), 3.0)], 1)  # left half, 1 m behind
+
+    def mapper(budget):
+        smap = SphereMap("cpu", max_spheres=budget)
+        smap.add(behind, torch.full((1200,), 0.05), torch.full((1200, 3), 0.5), torch.full((1200,), 0.99))
+        smap.publish()
+        return Mapper(MappingConfig(), PrunerConfig(enabled=False), smap, KeyframeStore(4), backend="cpu")
+
+    roomy = mapper(10_000)
+    added, _, _ = roomy._densify(view, kf, "cpu")
+    new = roomy.smap.params[1200:roomy.smap.n, :3]
+    assert added == 300 and bool((new[:, 0] < 0).any()) and bool((new[:, 0] > 0).any())   # both halves
+
+    tight = mapper(1200 + 60)
+    added, _, _ = tight._densify(view, kf, "cpu")
+    new = tight.smap.params[1200:tight.smap.n, :3]
+    assert added == 60 and bool((new[:, 0] > 0.02).all())     # all from the uncovered right half

@@ -1,8 +1,6 @@
 """Densification: new spheres at back-projected keyframe pixels the map does not yet explain."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from rasterizer import depth_edge_mask
@@ -27,30 +25,37 @@ def candidate_mask(obs: Observation, render, cfg: MappingConfig) -> torch.Tensor
     return valid & needed
 
 
-def seed_spheres(obs: Observation, T_wc: torch.Tensor, mask: torch.Tensor, cfg: MappingConfig,
-                 generator: torch.Generator, priority: Optional[torch.Tensor] = None):
-    """Spheres for the masked pixels on a grid of ``densify_stride`` px with a random offset.
-
-    obs: the keyframe at the map's working resolution; T_wc: (4, 4) camera-to-world;
-    priority: optional (H, W), lower = added first (e.g. rendered alpha) so that a budget cut
-    keeps the most needed spheres.
-    Returns means (M, 3) metres world, radii (M,) metres (radius_scale * stride * z / f, the
-    footprint of one grid cell), colors (M, 3) in [0, 1], opacities (M,).
-    """
+def seed_pixels(mask: torch.Tensor, cfg: MappingConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masked pixels on a grid of ``densify_stride`` px with a random offset: (vs, us) (M,)
+    int64 rows and columns, in row-major order (one host wait: their count)."""
     s = cfg.densify_stride
     off = torch.randint(0, s, (2,), generator=generator).tolist()
     grid = torch.zeros_like(mask)
     grid[off[0] :: s, off[1] :: s] = True
-    sel = mask & grid
-    vs, us = torch.nonzero(sel, as_tuple=True)
-    if priority is not None and vs.numel():
-        order = torch.argsort(priority[vs, us], stable=True)
-        vs, us = vs[order], us[order]
+    return torch.nonzero(mask & grid, as_tuple=True)
+
+
+def most_needed(vs: torch.Tensor, us: torch.Tensor, priority: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``room`` pixels of (vs, us) with the lowest ``priority`` (H, W) (e.g. rendered alpha:
+    the map's biggest holes), ties in their given order: what a budget cut keeps. Only called
+    when the budget cuts (a sort; on a GPU its kernels load into host memory on first use,
+    docs/benchmarks.md#host-memory)."""
+    order = torch.argsort(priority[vs, us], stable=True)[: max(room, 0)]
+    return vs[order], us[order]
+
+
+def seed_spheres(obs: Observation, T_wc: torch.Tensor, vs: torch.Tensor, us: torch.Tensor, cfg: MappingConfig):
+    """Spheres at pixels (vs, us) (``seed_pixels``) of keyframe ``obs`` (at the map's working
+    resolution) seen from T_wc (4, 4) camera-to-world.
+
+    Returns means (M, 3) metres world, radii (M,) metres (radius_scale * stride * z / f, the
+    footprint of one grid cell), colors (M, 3) in [0, 1], opacities (M,).
+    """
     z = obs.depth[vs, us]
     pts_c = backproject(z, obs.K, us.float(), vs.float())
     means = transform_points(T_wc.float(), pts_c)
     f = 0.5 * (obs.K[0, 0] + obs.K[1, 1])
-    radii = cfg.radius_scale * s * z / f
+    radii = cfg.radius_scale * cfg.densify_stride * z / f
     colors = obs.color[vs, us]
     opacities = torch.full_like(z, cfg.initial_opacity)
     return means, radii, colors, opacities

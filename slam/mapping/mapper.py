@@ -18,7 +18,7 @@ from slam.geometry import correction, invert, motion_size, orthonormalize, trans
 from slam.map.keyframes import Keyframe, KeyframeView
 from slam.map.render import render_spheres
 from slam.map.sphere_map import SphereMap
-from slam.mapping.densify import candidate_mask, seed_spheres
+from slam.mapping.densify import candidate_mask, most_needed, seed_pixels, seed_spheres
 from slam.mapping.keyframes import KeyframeStore
 from slam.mapping.pose_refine import KeyframePoseRefiner
 from slam.mapping.pruner import Pruner, PruneReport
@@ -186,8 +186,12 @@ class Mapper:
             valid = obs.depth > 0
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
-        means, radii, colors, opacities = seed_spheres(obs, T_wc, mask, self.cfg, self.generator, priority)
-        budget_removed = self.pruner.make_room(self.smap, int(means.shape[0])) if self.pruner.cfg.enabled else 0
+        vs, us = seed_pixels(mask, self.cfg, self.generator)
+        budget_removed = self.pruner.make_room(self.smap, int(vs.shape[0])) if self.pruner.cfg.enabled else 0
+        room = self.smap.budget - self.smap.n
+        if priority is not None and vs.shape[0] > room:     # the budget cuts: keep the most needed
+            vs, us = most_needed(vs, us, priority, room)
+        means, radii, colors, opacities = seed_spheres(obs, T_wc, vs, us, self.cfg)
         return self.smap.add(means, radii, colors, opacities, kf.kf_id), novelty, budget_removed
 
     def _update(self, view: KeyframeView, stats, rows: torch.Tensor, room=None,
