@@ -4,7 +4,8 @@
 # LM, the map's Adam, parametrisation and loss, the frame kernels) and
 # the benchmarks. Any CUDA machine:
 #   scripts/gpu_check.sh [LOG_DIR]        (default: gpu_check_logs/; $OUT when set)
-# Needs: python with torch (CUDA build), nvcc, ninja, pytest; gsplat for the comparisons.
+# Needs: python with torch (CUDA build), nvcc, ninja, pytest and the package's own dependencies (checked
+# first: a missing one is named and nothing runs); gsplat for the comparisons.
 # Options (environment): SKIP_SM87=1 skips the sm_87 build; GSPLAT_WARMUP=1 compiles gsplat's
 # kernels (its first call) in the background while ours build; BENCH_ARGS for the render benchmark,
 # GN_BENCH_ARGS for the Gauss-Newton one (e.g. --no-cpu). Run from a checkout, PYTHONPATH at the repo
@@ -17,6 +18,15 @@ PY=${PYTHON:-python3}
 export MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 export SPHERE_RASTER_CACHE=${SPHERE_RASTER_CACHE:-/tmp/sphere_raster_cache}
 status=0
+
+# The package's Python dependencies first (what a run imports up front): a test that imports a
+# missing one would fail deep inside and read as a kernel's failure (2026-12-07: test_step_graph.py
+# without pytorch_msssim).
+if ! missing=$($PY -c "import pytest, slam.cli" 2>&1); then
+  echo "gpu_check: the package's dependencies are not all installed (pip install -e . or carry wheels):" | tee "$LOG/env.txt"
+  echo "$missing" | tail -n 1 | tee -a "$LOG/env.txt"
+  exit 2
+fi
 
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -2
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
