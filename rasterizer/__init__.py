@@ -63,7 +63,9 @@ packed sphere rows in one kernel (per-row step counts, per-column learning rates
 L1 colour and depth of a render against a frame) and the pixel errors, one kernel each way
 (rasterizer/loss.py).
 
-Frames: ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
+Frames: ``unpack_frame(color, depth)`` a compact frame (uint8 colour, float32 or float16 depth) as
+float images (colour / 255, invalid depth 0) in one kernel: a camera frame's upload, a stored
+keyframe's step; ``downsample(color, depth, factor)`` is an image at 1/factor resolution (mean colour, median
 valid depth) in one kernel: the tracking resolution and the tracker's pyramid; ``depth_edge_mask(depth,
 max_jump)`` the valid depth away from depth edges, in one kernel; ``unroll(color, depth, intrinsics,
 omega, color_readout_s, depth_readout_s, depth_offset_s)`` a rolling-shutter frame (and a depth
@@ -87,14 +89,14 @@ from ._ext import BACKENDS, OP_BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
 from .activation import activate_rows, activate_rows_backward
 from .adam import adam_rows
-from .frame import depth_edge_mask, downsample, unroll
+from .frame import depth_edge_mask, downsample, unpack_frame, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
 from .loss import RenderLoss, render_l1_loss
 from .median import lower_median, median_depth
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "OP_BACKENDS", "gauss_newton",
            "GaussNewtonResult", "increment_points", "adam_rows", "activate_rows", "activate_rows_backward", "render_l1_loss",
-           "RenderLoss", "downsample", "depth_edge_mask", "unroll", "median_depth", "lower_median"]
+           "RenderLoss", "unpack_frame", "downsample", "depth_edge_mask", "unroll", "median_depth", "lower_median"]
 
 
 class RasterOutput(NamedTuple):

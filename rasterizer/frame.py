@@ -1,6 +1,12 @@
-"""Frame kernels, one launch per call: downsampling by an integer factor f (a frame to the
-tracking resolution, the tracker's pyramid levels), the depth-edge mask and the rolling-shutter
-unroll.
+"""Frame kernels, one launch per call: a compact frame's float images, downsampling by an integer
+factor f (a frame to the tracking resolution, the tracker's pyramid levels), the depth-edge mask and
+the rolling-shutter unroll.
+Unpacking (``unpack_frame``), for pixel p of a compact frame (uint8 colour, float32 or float16 depth
+in metres: a camera's upload, a stored keyframe):
+    colour = c / 255                                (float32, rounded division)
+    depth  = d where 0 < d < inf, else 0            (NaN, inf and negative depths are invalid)
+The PyTorch formulation (``unpack_reference``) takes three to five launches (and loads the
+comparison, logical and division kernel families into host memory on a GPU: docs/benchmarks.md#host-memory).
 
 Downsampling (every backend), for output pixel (y, x) of (H // f, W // f) (rows and columns beyond
 a whole block are dropped):
@@ -67,6 +73,28 @@ def _check_images(color: torch.Tensor, depth: torch.Tensor) -> None:
     if color.dtype != torch.float32 or depth.dtype != torch.float32 or color.device != depth.device:
         raise ValueError(f"color and depth must be float32 on one device, got {color.dtype} on {color.device} "
                          f"and {depth.dtype} on {depth.device}")
+
+
+def unpack_reference(color: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``unpack_frame``'s model with PyTorch ops (the oracle of the tests)."""
+    d = depth.float()
+    return color.float() / 255.0, torch.where((d > 0) & (d < float("inf")), d, 0.0)
+
+
+def unpack_frame(color: torch.Tensor, depth: torch.Tensor, backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """A compact frame as float images (the model above): ``color`` (H, W, 3) uint8, ``depth`` (H, W)
+    float32 or float16 metres, on one device -> (colour (H, W, 3) float32 in [0, 1], depth (H, W)
+    float32 metres, 0 = invalid), new tensors. ``backend``: 'auto' | 'cuda' | 'cpu' | 'reference'."""
+    if color.dim() != 3 or color.shape[2] != 3 or depth.shape != color.shape[:2]:
+        raise ValueError(f"color must be (H, W, 3) and depth (H, W), got {tuple(color.shape)} and {tuple(depth.shape)}")
+    if color.dtype != torch.uint8 or depth.dtype not in (torch.float32, torch.float16) or color.device != depth.device:
+        raise ValueError(f"color must be uint8 and depth float32 or float16 on one device, got {color.dtype} on "
+                         f"{color.device} and {depth.dtype} on {depth.device}")
+    kind = _ext.resolve_backend(backend, color, what="color")
+    if kind == "reference":
+        return unpack_reference(color, depth)
+    out = _ext.ops(kind).unpack_frame(color.contiguous(), depth.contiguous())
+    return out[0], out[1]
 
 
 def reference(color: torch.Tensor, depth: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -60,7 +60,7 @@ echo "native build took $(( $(date +%s) - start )) s" | tee -a "$LOG/build.txt"
 CUDA_TESTS=(tests/test_rasterizer_cuda.py tests/test_rasterizer_ops.py tests/test_gauss_newton_cuda.py
             tests/test_lm_state_cuda.py tests/test_lm_state.py tests/test_adam.py tests/test_activation.py
             tests/test_sphere_map.py tests/test_frame_downsample.py
-            tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_median.py
+            tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_frame_unpack.py tests/test_median.py
             tests/test_observation_upload.py tests/test_render_loss.py
             tests/test_step_graph.py)
 : > "$LOG/pytest_cuda.txt"

@@ -32,13 +32,14 @@ class Observation:
 
     @staticmethod
     def from_numpy(color: np.ndarray, depth: np.ndarray, K: np.ndarray, device: torch.device) -> "Observation":
-        """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors. Depth that is not
+        """uint8 RGB (H, W, 3) and float depth (H, W) metres -> device tensors (new ones: never
+        the caller's arrays), through ``rasterizer.unpack_frame`` (one kernel). Depth that is not
         finite and positive (NaN, inf, negative: a ROS topic or a camera stream can deliver them)
         becomes 0, invalid, as ``slam.data.frame.validate_frame`` makes it for the loaders."""
         color = np.asarray(color)
-        c = upload(color, device, color.dtype) / 255.0
-        d = upload(depth, device, np.float32)
-        d = torch.where((d > 0) & (d < float("inf")), d, 0.0)   # a new tensor: never the caller's array
+        if color.dtype != np.uint8:
+            raise ValueError(f"frame colour must be uint8 RGB (H, W, 3), got {color.dtype} {color.shape}")
+        c, d = rasterizer.unpack_frame(upload(color, device, np.uint8), upload(depth, device, np.float32))
         k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
         return Observation(c, d, k)
 

@@ -1,5 +1,5 @@
-// CPU twins of the frame kernels (frame_cuda.cu: downsampling, depth-edge mask, rolling-shutter
-// unroll; the models are in
+// CPU twins of the frame kernels (frame_cuda.cu: a compact frame's float images, downsampling,
+// depth-edge mask, rolling-shutter unroll; the models are in
 // rasterizer/frame.py, the per-pixel math in frame_math.h): output rows in parallel. The ops'
 // schemas are declared here (once for both libraries); frame_cuda.cu registers their CUDA kernels.
 #include <ATen/ATen.h>
@@ -10,6 +10,25 @@
 #include "frame_math.h"
 #include "raster_cpu.h"
 #include "tensor_args.h"
+
+template <typename D>
+static void unpack_rows(int64_t n, const uint8_t* c, const D* d, float* oc, float* od) {
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) sr::unpack_pixel(i, c, d, oc, od);
+}
+
+std::vector<at::Tensor> unpack_frame_cpu(const at::Tensor& color, const at::Tensor& depth) {
+  sr::check_compact_frame(color, depth, /*cuda=*/false);
+  auto out_color = at::empty(color.sizes(), color.options().dtype(at::kFloat));
+  auto out_depth = at::empty(depth.sizes(), depth.options().dtype(at::kFloat));
+  const uint8_t* c = color.data_ptr<uint8_t>();
+  float *oc = out_color.data_ptr<float>(), *od = out_depth.data_ptr<float>();
+  if (depth.scalar_type() == at::kHalf)
+    unpack_rows(depth.numel(), c, depth.data_ptr<at::Half>(), oc, od);
+  else
+    unpack_rows(depth.numel(), c, depth.data_ptr<float>(), oc, od);
+  return {out_color, out_depth};
+}
 
 std::vector<at::Tensor> downsample_cpu(const at::Tensor& color, const at::Tensor& depth,
                                        int64_t factor) {
@@ -54,6 +73,7 @@ std::vector<at::Tensor> unroll_cpu(const at::Tensor& color, const at::Tensor& de
 
 // Arguments and results as rasterizer/frame.py passes and reads them.
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
+  m.def("unpack_frame(Tensor color, Tensor depth) -> Tensor[]");
   m.def("downsample(Tensor color, Tensor depth, int factor) -> Tensor[]");
   m.def("depth_edge_mask(Tensor depth, float max_jump) -> Tensor");
   // params: fx, fy, cx, cy (pixels), wx, wy, wz (rad/s), colour readout, depth readout, depth
@@ -62,6 +82,7 @@ TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
+  m.impl("unpack_frame", &unpack_frame_cpu);
   m.impl("downsample", &downsample_cpu);
   m.impl("depth_edge_mask", &depth_edge_mask_cpu);
   m.impl("unroll", &unroll_cpu);

@@ -1,5 +1,6 @@
 // CUDA frame kernels (the models are in rasterizer/frame.py, the per-pixel math in frame_math.h,
-// the CPU twins frame_cpu.cpp), one thread per output pixel: downsampling (colour and depth of a
+// the CPU twins frame_cpu.cpp), one thread per output pixel: a compact frame's float images (one
+// launch where PyTorch took three to five), downsampling (colour and depth of a
 // frame or pyramid level in one launch, where the PyTorch formulation took about fifteen) and the
 // depth-edge mask (one launch instead of about twelve) and the rolling-shutter unroll (one launch
 // instead of about forty).
@@ -18,6 +19,14 @@
 namespace {
 
 constexpr int kThreads = 256;
+
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    unpack_kernel(int64_t n, const uint8_t* __restrict__ color, const D* __restrict__ depth,
+                  float* __restrict__ out_color, float* __restrict__ out_depth) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < n) sr::unpack_pixel(i, color, depth, out_color, out_depth);
+}
 
 template <int MaxF>
 __global__ void __launch_bounds__(kThreads)
@@ -44,6 +53,25 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace
+
+std::vector<at::Tensor> unpack_frame_cuda(const at::Tensor& color, const at::Tensor& depth) {
+  sr::check_compact_frame(color, depth, /*cuda=*/true);
+  auto out_color = at::empty(color.sizes(), color.options().dtype(at::kFloat));
+  auto out_depth = at::empty(depth.sizes(), depth.options().dtype(at::kFloat));
+  const int64_t n = depth.numel();
+  if (n == 0) return {out_color, out_depth};
+  const c10::cuda::CUDAGuard guard(color.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const dim3 blocks = sr_cuda::blocks_for(n, kThreads);
+  if (depth.scalar_type() == at::kHalf)
+    unpack_kernel<<<blocks, kThreads, 0, stream>>>(n, color.data_ptr<uint8_t>(), depth.data_ptr<at::Half>(),
+                                                   out_color.data_ptr<float>(), out_depth.data_ptr<float>());
+  else
+    unpack_kernel<<<blocks, kThreads, 0, stream>>>(n, color.data_ptr<uint8_t>(), depth.data_ptr<float>(),
+                                                   out_color.data_ptr<float>(), out_depth.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {out_color, out_depth};
+}
 
 std::vector<at::Tensor> downsample_cuda(const at::Tensor& color, const at::Tensor& depth,
                                         int64_t factor) {
@@ -94,6 +122,7 @@ std::vector<at::Tensor> unroll_cuda(const at::Tensor& color, const at::Tensor& d
 
 // The schemas are in frame_cpu.cpp.
 TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
+  m.impl("unpack_frame", &unpack_frame_cuda);
   m.impl("downsample", &downsample_cuda);
   m.impl("depth_edge_mask", &depth_edge_mask_cuda);
   m.impl("unroll", &unroll_cuda);

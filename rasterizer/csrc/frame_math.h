@@ -3,8 +3,9 @@
 //   colour: the mean of the f x f block (summed row by row, then divided by f^2, as avg_pool2d);
 //   depth:  the median of the block's valid values (0 < d < inf), the mean of the two middle ones
 //           for an even count; 0 when the block has none.
-// And the depth-edge mask (depth_edge_ok), the rolling-shutter unroll (unroll_pixel) and what counts
-// as a valid depth (valid_depth; also the median depth's, median_math.h).
+// And a compact frame's float images (unpack_pixel), the depth-edge mask (depth_edge_ok), the
+// rolling-shutter unroll (unroll_pixel) and what counts as a valid depth (valid_depth; also the
+// median depth's, median_math.h).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -23,6 +24,19 @@ constexpr int kMaxDownsample = 16;   // the largest factor f: a block's depths i
 
 // A valid depth (metres): 0 < d < inf (not NaN).
 SR_FRAME_HD bool valid_depth(float d) { return d > 0.f && d <= FLT_MAX; }
+
+// Pixel i of a compact frame (colour (H, W, 3) uint8, depth (H, W) of type D: float or a half type
+// that converts to float) as float images: colour / 255 (rounded division, as PyTorch's CPU
+// divides), depth where valid (valid_depth), else 0.
+template <typename D>
+SR_FRAME_HD void unpack_pixel(int64_t i, const uint8_t* color, const D* depth, float* out_color,
+                              float* out_depth) {
+  out_color[3 * i] = (float)color[3 * i] / 255.f;
+  out_color[3 * i + 1] = (float)color[3 * i + 1] / 255.f;
+  out_color[3 * i + 2] = (float)color[3 * i + 2] / 255.f;
+  const float d = static_cast<float>(depth[i]);
+  out_depth[i] = valid_depth(d) ? d : 0.f;
+}
 
 // Output pixel (y, x) of (h, w) from (H, W) inputs: colour (H, W, 3), depth (H, W) row-major.
 // MaxF >= f sizes the per-thread array of the block's depths (on CUDA, local memory reserved for

@@ -201,6 +201,21 @@ inline void check_images(const at::Tensor& color, const at::Tensor& depth, int64
               "], got ", factor);
 }
 
+// A compact frame to unpack: colour (H, W, 3) uint8 and depth (H, W) float32 or float16,
+// contiguous, on the kernel's device.
+inline void check_compact_frame(const at::Tensor& color, const at::Tensor& depth, bool cuda) {
+  TORCH_CHECK(color.is_cuda() == cuda && depth.is_cuda() == cuda,
+              cuda ? "color and depth must be CUDA tensors" : "color and depth must be CPU tensors");
+  TORCH_CHECK(color.scalar_type() == at::kByte, "color must be uint8");
+  TORCH_CHECK(depth.scalar_type() == at::kFloat || depth.scalar_type() == at::kHalf,
+              "depth must be float32 or float16");
+  TORCH_CHECK(color.is_contiguous() && depth.is_contiguous(), "color and depth must be contiguous");
+  TORCH_CHECK(depth.dim() == 2, "depth must be (H, W)");
+  TORCH_CHECK(color.dim() == 3 && color.size(0) == depth.size(0) &&
+                  color.size(1) == depth.size(1) && color.size(2) == 3,
+              "color must be (H, W, 3) with depth's H and W");
+}
+
 inline void check_depth_image(const at::Tensor& depth, bool cuda) {
   check_input(depth, "depth", cuda);
   TORCH_CHECK(depth.dim() == 2, "depth must be (H, W)");

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from rasterizer import depth_edge_mask
+from rasterizer import depth_edge_mask, unpack_frame
 from slam.camera import scale_K
 from slam.geometry import invert
 from slam.observation import Observation
@@ -104,4 +104,5 @@ class KeyframeView:
 
     def observation(self) -> Observation:
         """The keyframe as float images: colour (H, W, 3) in [0, 1], depth (H, W) metres."""
-        return Observation(self.color.float() / 255.0, self.depth.float(), self.K)
+        color, depth = unpack_frame(self.color, self.depth)   # one kernel (three PyTorch launches)
+        return Observation(color, depth, self.K)
