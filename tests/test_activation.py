@@ -58,3 +58,61 @@ def test_bad_rows_are_refused_with_their_shape():
     with pytest.raises(ValueError, match="float32"):
         activate_rows(torch.zeros(4, 8, dtype=torch.float64))
     assert activate_rows(torch.zeros(4, 8, dtype=torch.float64), backend="reference")[1].dtype == torch.float64
+
+
+def _pose(seed: int = 2) -> torch.Tensor:
+    """A world-to-camera pose: a rotation about an oblique axis and a translation."""
+    g = torch.Generator().manual_seed(seed)
+    axis = torch.nn.functional.normalize(torch.randn(3, generator=g), dim=0)
+    k = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    T = torch.eye(4)
+    T[:3, :3] = torch.linalg.matrix_exp(1.1 * k)
+    T[:3, 3] = torch.tensor([0.4, -1.3, 2.2])
+    return T
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pose_moves_the_means_as_transform_points_does(device):
+    """With T_cw the means are R xyz + t: on the CPU bit for bit the PyTorch expression the mapper
+    used (slam.geometry.transform_points, so CPU runs keep their figures), on CUDA within rounding;
+    the other outputs do not change."""
+    from slam.geometry import transform_points
+    rows, T = _rows(20_000).to(device), _pose().to(device)
+    got = activate_rows(rows, T)
+    plain = activate_rows(rows)
+    want = transform_points(T, rows[:, :3])
+    if device == "cpu":
+        assert torch.equal(got[0], want)
+    else:
+        torch.testing.assert_close(got[0], want, rtol=0.0, atol=2e-6)
+    torch.testing.assert_close(got[0], reference(rows, T)[0], rtol=0.0, atol=0.0 if device == "cpu" else 2e-6)
+    for a, b in zip(got[1:], plain[1:]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pose_turns_the_means_gradient_back(device):
+    """g_xyz = R^T g_means: on the CPU bit for bit autograd's gradient through transform_points."""
+    from slam.geometry import transform_points
+    n = 5000
+    rows, T = _rows(n).to(device), _pose().to(device)
+    _, radii, colors, opacities = reference(rows)
+    grads = [g.to(device) for g in _grads(n)]
+    got = activate_rows_backward(*grads, radii, colors, opacities, T)
+    xyz = rows[:, :3].clone().requires_grad_(True)
+    (want_xyz,) = torch.autograd.grad(transform_points(T, xyz), xyz, grads[0])
+    tol = 0.0 if device == "cpu" else 2e-6
+    torch.testing.assert_close(got[:, :3], want_xyz, rtol=0.0, atol=tol)
+    torch.testing.assert_close(got, reference_backward(*grads, radii, colors, opacities, T), rtol=0.0, atol=tol)
+    plain = activate_rows_backward(*grads, radii, colors, opacities)
+    assert torch.equal(got[:, 3:], plain[:, 3:])
+    absent = activate_rows_backward(None, *grads[1:], radii, colors, opacities, T)
+    assert torch.equal(absent[:, :3], torch.zeros(n, 3, device=device))
+
+
+def test_bad_poses_are_refused():
+    rows = _rows(4)
+    with pytest.raises(ValueError, match=r"T_cw must be \(4, 4\)"):
+        activate_rows(rows, torch.eye(3))
+    with pytest.raises(ValueError, match="no gradient"):
+        activate_rows(rows, torch.eye(4).requires_grad_(True))

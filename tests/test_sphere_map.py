@@ -175,6 +175,33 @@ def test_activate_gradient_equals_autograds_own(used, device):
     assert torch.equal(g[:, others], w[:, others])
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_activate_in_a_camera_frame_equals_the_transform_after_it(device):
+    """activate(rows, T_cw) (the mapper's step: the move to the camera in the activation's kernels)
+    gives the means and the rows' gradient of activate then slam.geometry.transform_points: to the
+    bit on the CPU, within rounding on CUDA (its products are not fused either; its sums' order
+    may differ from PyTorch's reduction)."""
+    from slam.geometry import transform_points
+    rows = torch.randn(300, PARAM_DIM, generator=torch.Generator().manual_seed(5)).to(device)
+    T = torch.eye(4)
+    T[:3, :3] = torch.tensor([[0.36, 0.48, -0.8], [-0.8, 0.6, 0.0], [0.48, 0.64, 0.6]])
+    T[:3, 3] = torch.tensor([0.2, -0.5, 1.5])
+    T = T.to(device)
+    weights = [torch.randn(k, generator=torch.Generator().manual_seed(9)).to(device) for k in [(300, 3), (300,)]]
+
+    def grad_of(fn):
+        leaf = rows.clone().requires_grad_(True)
+        means, radii, _, _ = fn(leaf)
+        loss = (means * weights[0]).sum() + (radii * weights[1]).sum()
+        return means.detach(), torch.autograd.grad(loss, leaf)[0]
+
+    got = grad_of(lambda r: activate(r, T))
+    want = grad_of(lambda r: (lambda m, *rest: (transform_points(T, m), *rest))(*activate(r)))
+    tol = 0.0 if device == "cpu" else 2e-6
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0.0, atol=tol)
+
+
 def test_activate_without_gradients_makes_no_graph():
     rows = torch.randn(5, PARAM_DIM)
     assert all(t.grad_fn is None for t in activate(rows))

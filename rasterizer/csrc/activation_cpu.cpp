@@ -11,8 +11,10 @@
 #include "raster_cpu.h"
 #include "tensor_args.h"
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(const at::Tensor& rows) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(const at::Tensor& rows,
+                                                                             const at::Tensor& T_cw) {
   sr::check_input(rows, "rows", /*cuda=*/false, sr::kRowCols);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/false);
   const int64_t n = rows.size(0);
   const auto f = rows.options();
   at::Tensor means = at::empty({n, 3}, f), radii = at::empty({n}, f), colors = at::empty({n, 3}, f),
@@ -20,7 +22,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(con
   const float* r = rows.data_ptr<float>();
   float *m = means.data_ptr<float>(), *c = colors.data_ptr<float>(), *o = opacities.data_ptr<float>();
 #pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) sr::activate_row_but_radius(i, r, m, c, o);
+  for (int64_t i = 0; i < n; ++i) sr::activate_row_but_radius(i, r, T, m, c, o);
   // The radius' exp as PyTorch's own CPU exp takes it (the column as a strided view): libm's expf
   // and PyTorch's vectorised one differ by one ulp in ~1 % of values, and CPU runs, deterministic,
   // would drift from the same code's earlier results (on CUDA both are the device's expf).
@@ -31,24 +33,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cpu(con
 at::Tensor activate_rows_backward_cpu(const at::Tensor& g_means, const at::Tensor& g_radii,
                                       const at::Tensor& g_colors, const at::Tensor& g_opacities,
                                       const at::Tensor& radii, const at::Tensor& colors,
-                                      const at::Tensor& opacities) {
+                                      const at::Tensor& opacities, const at::Tensor& T_cw) {
   const sr::ActivationGrads g =
       sr::activation_grads(g_means, g_radii, g_colors, g_opacities, radii, colors, opacities, false);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/false);
   const int64_t n = radii.size(0);
   at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
   const float *ra = radii.data_ptr<float>(), *c = colors.data_ptr<float>(), *o = opacities.data_ptr<float>();
   float* out = g_rows.data_ptr<float>();
 #pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
   for (int64_t i = 0; i < n; ++i)
-    sr::activate_backward_row(i, g.means, g.radii, g.colors, g.opacities, ra, c, o, out);
+    sr::activate_backward_row(i, g.means, g.radii, g.colors, g.opacities, ra, c, o, T, out);
   return g_rows;
 }
 
-// Arguments as rasterizer/activation.py passes them; an output gradient may be empty (none).
+// Arguments as rasterizer/activation.py passes them; an output gradient may be empty (none), and
+// so may T_cw (no pose: world-frame means).
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
-  m.def("activate_rows(Tensor rows) -> (Tensor means, Tensor radii, Tensor colors, Tensor opacities)");
+  m.def("activate_rows(Tensor rows, Tensor T_cw) -> (Tensor means, Tensor radii, Tensor colors, Tensor opacities)");
   m.def("activate_rows_backward(Tensor g_means, Tensor g_radii, Tensor g_colors, Tensor g_opacities, "
-        "Tensor radii, Tensor colors, Tensor opacities) -> Tensor");
+        "Tensor radii, Tensor colors, Tensor opacities, Tensor T_cw) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {

@@ -1,6 +1,6 @@
 // CUDA kernels of the map's parametrisation (the model is in rasterizer/activation.py, the per-row
 // math in activation_math.h, the CPU twin activation_cpu.cpp): one launch each way, one thread per
-// row, where the PyTorch formulation took exp and two sigmoids forward, and a product, two
+// row (the world-to-camera move of the means included, when a pose is given), where the PyTorch formulation took exp and two sigmoids forward, and a product, two
 // sigmoid backwards and a concatenation (plus zero-filled absent gradients) backward: the mapper
 // steps 40 times a keyframe.
 #include <ATen/ATen.h>
@@ -20,11 +20,11 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
-    activate_kernel(int64_t n, const float* __restrict__ rows, float* __restrict__ means,
-                    float* __restrict__ radii, float* __restrict__ colors,
-                    float* __restrict__ opacities) {
+    activate_kernel(int64_t n, const float* __restrict__ rows, const float* __restrict__ T,
+                    float* __restrict__ means, float* __restrict__ radii,
+                    float* __restrict__ colors, float* __restrict__ opacities) {
   const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
-  if (i < n) sr::activate_row(i, rows, means, radii, colors, opacities);
+  if (i < n) sr::activate_row(i, rows, T, means, radii, colors, opacities);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -32,17 +32,19 @@ __global__ void __launch_bounds__(kThreads)
                              const float* __restrict__ g_radii, const float* __restrict__ g_colors,
                              const float* __restrict__ g_opacities, const float* __restrict__ radii,
                              const float* __restrict__ colors, const float* __restrict__ opacities,
-                             float* __restrict__ g_rows) {
+                             const float* __restrict__ T, float* __restrict__ g_rows) {
   const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (i < n)
     sr::activate_backward_row(i, g_means, g_radii, g_colors, g_opacities, radii, colors, opacities,
-                              g_rows);
+                              T, g_rows);
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(const at::Tensor& rows) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(const at::Tensor& rows,
+                                                                              const at::Tensor& T_cw) {
   sr::check_input(rows, "rows", /*cuda=*/true, sr::kRowCols);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/true);
   const int64_t n = rows.size(0);
   const auto f = rows.options();
   at::Tensor means = at::empty({n, 3}, f), radii = at::empty({n}, f), colors = at::empty({n, 3}, f),
@@ -51,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(co
   const c10::cuda::CUDAGuard guard(rows.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   activate_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      n, rows.data_ptr<float>(), means.data_ptr<float>(), radii.data_ptr<float>(),
+      n, rows.data_ptr<float>(), T, means.data_ptr<float>(), radii.data_ptr<float>(),
       colors.data_ptr<float>(), opacities.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {means, radii, colors, opacities};
@@ -60,9 +62,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(co
 at::Tensor activate_rows_backward_cuda(const at::Tensor& g_means, const at::Tensor& g_radii,
                                        const at::Tensor& g_colors, const at::Tensor& g_opacities,
                                        const at::Tensor& radii, const at::Tensor& colors,
-                                       const at::Tensor& opacities) {
+                                       const at::Tensor& opacities, const at::Tensor& T_cw) {
   const sr::ActivationGrads g =
       sr::activation_grads(g_means, g_radii, g_colors, g_opacities, radii, colors, opacities, true);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/true);
   const int64_t n = radii.size(0);
   at::Tensor g_rows = at::empty({n, sr::kRowCols}, radii.options());
   if (n == 0) return g_rows;
@@ -70,7 +73,7 @@ at::Tensor activate_rows_backward_cuda(const at::Tensor& g_means, const at::Tens
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   activate_backward_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
       n, g.means, g.radii, g.colors, g.opacities, radii.data_ptr<float>(), colors.data_ptr<float>(),
-      opacities.data_ptr<float>(), g_rows.data_ptr<float>());
+      opacities.data_ptr<float>(), T, g_rows.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return g_rows;
 }

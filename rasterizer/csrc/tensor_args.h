@@ -187,6 +187,15 @@ inline ActivationGrads activation_grads(const at::Tensor& g_means, const at::Ten
           optional_grad(g_opacities, opacities, "g_opacities", cuda)};
 }
 
+// The activation's pose: an empty tensor (none: null) or a (4, 4) float32 contiguous matrix on
+// the kernel's device (its first three rows are read).
+inline const float* optional_pose(const at::Tensor& T, bool cuda) {
+  if (!T.defined() || T.numel() == 0) return nullptr;
+  check_input(T, "T_cw", cuda);
+  TORCH_CHECK(T.dim() == 2 && T.size(0) == 4 && T.size(1) == 4, "T_cw must be (4, 4)");
+  return T.data_ptr<float>();
+}
+
 // A frame to downsample: colour (H, W, 3) and depth (H, W) float32, contiguous, on the kernel's
 // device; 1 <= factor <= kMaxDownsample.
 inline void check_images(const at::Tensor& color, const at::Tensor& depth, int64_t factor,

@@ -29,13 +29,34 @@ def render_spheres(
     opacities: (N,) in [0, 1]; K: (3, 3) of the target resolution.
     Returns the rasterizer output (color (H, W, 3), depth (H, W) metres, alpha (H, W)).
     Gradients reach ``T_cw`` through the camera-frame means when it requires grad.
-    pose_delta: optional (6,) = (omega rad, v m), a small increment applied left of ``T_cw`` to
-    first order, X' = X + omega x X + v (pass zeros that require grad: its gradient is then the
-    exact pose gradient at T_cw, ``slam.mapping.pose_refine``).
+    The other arguments: as ``render_camera_spheres``.
+    """
+    return render_camera_spheres(transform_points(T_cw, means_w), radii, colors, opacities, K, width, height,
+                                 backend=backend, stats=stats, pose_delta=pose_delta, pair_room=pair_room)
+
+
+def render_camera_spheres(
+    means_c: torch.Tensor,
+    radii: torch.Tensor,
+    colors: torch.Tensor,
+    opacities: torch.Tensor,
+    K: torch.Tensor,
+    width: int,
+    height: int,
+    backend: str = "auto",
+    stats: Optional["rasterizer.SphereStats"] = None,
+    pose_delta: Optional[torch.Tensor] = None,
+    pair_room: Optional["rasterizer.PairRoom"] = None,
+):
+    """Render spheres already in the camera frame (``means_c``: (N, 3) metres; the mapper's step
+    moves them there in its activation kernel, ``SphereMap.activated(rows, T_cw)``); the rest as
+    ``render_spheres``.
+    pose_delta: optional (6,) = (omega rad, v m), a small increment applied left of the camera's
+    pose to first order, X' = X + omega x X + v (pass zeros that require grad: its gradient is then
+    the exact pose gradient at that pose, ``slam.mapping.pose_refine``).
     pair_room: optional ``rasterizer.PairRoom`` (the binning's room and pair count: renders inside
     a CUDA graph, ``slam.mapping.step_graph``).
     """
-    means_c = transform_points(T_cw, means_w)
     if pose_delta is not None:
         omega = pose_delta[:3].expand_as(means_c)
         means_c = means_c + torch.cross(omega, means_c, dim=1) + pose_delta[3:]

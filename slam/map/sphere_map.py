@@ -39,36 +39,41 @@ def logit(p: torch.Tensor) -> torch.Tensor:
     return torch.log(p / (1 - p))
 
 
-def activate(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def activate(rows: torch.Tensor, T_cw: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
     """Parameter rows (N, 8) -> (means (N, 3) metres, radii (N,) metres, colors (N, 3) in [0, 1],
     opacities (N,) in [0, 1]): ``rasterizer.activate_rows`` (one kernel; its model has the
-    formulas). With gradients (``_Activate``), the rows' gradient is one (N, 8) tensor from one
-    kernel (``rasterizer.activate_rows_backward``). Float32 rows of any layout; the reference's
-    PyTorch formulas for other dtypes."""
+    formulas). T_cw: optional (4, 4) world-to-camera pose (no gradient): the means then come in
+    that camera's frame, moved in the same kernel (the mapper's step). With gradients
+    (``_Activate``), the rows' gradient is one (N, 8) tensor from one kernel
+    (``rasterizer.activate_rows_backward``). Float32 rows of any layout; the reference's PyTorch
+    formulas for other dtypes."""
     backend = "auto" if rows.dtype == torch.float32 else "reference"
+    if T_cw is not None:
+        T_cw = T_cw.detach().to(rows.dtype)
     if rows.requires_grad and torch.is_grad_enabled():
-        return _Activate.apply(rows, backend)
-    return rasterizer.activate_rows(rows.contiguous(), backend=backend)
+        return _Activate.apply(rows, T_cw, backend)
+    return rasterizer.activate_rows(rows.contiguous(), T_cw, backend=backend)
 
 
 class _Activate(torch.autograd.Function):
     """``activate`` with its backward in one kernel: the rows' (N, 8) gradient from the four
     outputs' (absent ones not materialised), where autograd's own chain took about thirteen
-    launches and PyTorch's written-out formulas four (the mapper steps 40 times a keyframe)."""
+    launches and PyTorch's written-out formulas four (the mapper steps 40 times a keyframe), and
+    the world-to-camera move five more."""
 
     @staticmethod
-    def forward(ctx, rows, backend):
-        means, radii, colors, opacities = rasterizer.activate_rows(rows.contiguous(), backend=backend)
-        ctx.save_for_backward(radii, colors, opacities)
+    def forward(ctx, rows, T_cw, backend):
+        means, radii, colors, opacities = rasterizer.activate_rows(rows.contiguous(), T_cw, backend=backend)
+        ctx.save_for_backward(radii, colors, opacities, T_cw)
         ctx.backend = backend
         ctx.set_materialize_grads(False)
         return means, radii, colors, opacities
 
     @staticmethod
     def backward(ctx, g_means, g_radii, g_colors, g_opacities):
-        radii, colors, opacities = ctx.saved_tensors
+        radii, colors, opacities, T_cw = ctx.saved_tensors
         return rasterizer.activate_rows_backward(g_means, g_radii, g_colors, g_opacities, radii, colors,
-                                                 opacities, backend=ctx.backend), None
+                                                 opacities, T_cw, backend=ctx.backend), None, None
 
 
 def bytes_per_sphere() -> int:
@@ -123,9 +128,11 @@ class SphereMap:
         self.params[self.n:slots, MEANS] = float("nan")
         return self.params[:slots]
 
-    def activated(self, rows: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
-        """``activate`` of ``rows`` (default: the live params)."""
-        return activate(self.active() if rows is None else rows)
+    def activated(self, rows: Optional[torch.Tensor] = None,
+                  T_cw: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
+        """``activate`` of ``rows`` (default: the live params), the means in ``T_cw``'s camera
+        frame when a (4, 4) world-to-camera pose is given (else the world's)."""
+        return activate(self.active() if rows is None else rows, T_cw)
 
     def nbytes(self) -> int:
         """Bytes held by the live spheres (params, optimiser state, statistics)."""

@@ -16,7 +16,7 @@ from slam.config import MappingConfig, PrunerConfig
 from slam.cuda_graphs import padded_slots
 from slam.geometry import correction, invert, motion_size, orthonormalize, transform_points
 from slam.map.keyframes import Keyframe, KeyframeView
-from slam.map.render import render_spheres
+from slam.map.render import render_camera_spheres
 from slam.map.sphere_map import SphereMap
 from slam.mapping.densify import candidate_mask, most_needed, seed_pixels, seed_spheres
 from slam.mapping.keyframes import KeyframeStore
@@ -204,10 +204,10 @@ class Mapper:
         ``kf``'s pose is refined (its Adam is on the host): the step the CUDA graph captures
         (``slam.mapping.step_graph``)."""
         o, T_cw, depth_ok, valid = view.observation(), view.T_cw, view.depth_ok, view.valid
-        means, radii, colors, opacities = self.smap.activated(rows)
+        means_c, radii, colors, opacities = self.smap.activated(rows, T_cw)   # one kernel, camera frame
         delta = self.poses.delta(kf, T_cw.device) if kf is not None else None
-        out = render_spheres(means, radii, colors, opacities, T_cw, o.K, o.width, o.height,
-                             backend=self.backend, stats=stats, pose_delta=delta, pair_room=room)
+        out = render_camera_spheres(means_c, radii, colors, opacities, o.K, o.width, o.height,
+                                    backend=self.backend, stats=stats, pose_delta=delta, pair_room=room)
         loss, pixel_error = rasterizer.render_l1_loss(out.color, out.depth, o.color, o.depth, valid, depth_ok,
                                                       self.cfg.depth_weight, backend=self.backend)
         if stats is not None:
