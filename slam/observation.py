@@ -43,6 +43,12 @@ class Observation:
         k = torch.as_tensor(np.asarray(K), dtype=torch.float32)
         return Observation(c, d, k)
 
+    def color_uint8(self) -> np.ndarray:
+        """The colour as a host (H, W, 3) uint8 array, rounded to nearest (ties to even) on the host:
+        ``round`` on a CUDA device would load its kernels into host memory for this use alone
+        (14 MB on an H100; docs/benchmarks.md#host-memory)."""
+        return np.rint((self.color * 255.0).cpu().numpy()).astype(np.uint8)
+
     def downsampled(self, factor: int) -> "Observation":
         """Half, quarter, ... resolution (``rasterizer.downsample``, one kernel): colour by area
         averaging, depth by the median of the valid pixels of each block (a block with no valid

@@ -59,10 +59,10 @@ class Keyframe:
     def from_observation(frame, obs: Observation, T_wc: np.ndarray, downscale: int, kf_id: int = -1) -> "Keyframe":
         """Compact copy of ``obs``, ``frame`` at 1/``downscale`` resolution already on a device (the
         tracking thread's frame, when keyframes are stored at the tracking resolution: no second
-        downscale on the host). Colour is rounded to uint8 (to nearest, ties to even) on the host:
+        downscale on the host). Colour is rounded to uint8 on the host (``Observation.color_uint8``):
         rounding on a CUDA device would load the round kernels into host memory for this one use
         (docs/benchmarks.md#host-memory); depth goes to float16 on the device (half the copy)."""
-        color = np.rint((obs.color * 255.0).cpu().numpy()).astype(np.uint8)
+        color = obs.color_uint8()
         depth = obs.depth.to(torch.float16).cpu().numpy()
         return Keyframe(frame.index, frame.timestamp, T_wc.copy(), color, depth,
                         scale_K(np.asarray(frame.K, dtype=np.float64), downscale), kf_id)

@@ -27,6 +27,7 @@ import torch
 
 import rasterizer
 from slam.map.snapshot import MapSnapshot
+from slam.tensor_ops import at_least, clipped, logical_not
 
 PARAM_DIM = 8
 MEANS, LOG_RADIUS, COLOR, OPACITY = slice(0, 3), 3, slice(4, 7), 7
@@ -35,7 +36,7 @@ STAT_NAMES = ("contribution", "error", "low_rounds", "age")
 
 
 def logit(p: torch.Tensor) -> torch.Tensor:
-    p = p.clamp(1e-4, 1 - 1e-4)
+    p = clipped(p, 1e-4, 1 - 1e-4)
     return torch.log(p / (1 - p))
 
 
@@ -169,7 +170,7 @@ class SphereMap:
         self._grow(self.n + m)
         rows = torch.empty(m, PARAM_DIM, device=self.device)
         rows[:, MEANS] = means[:m].to(self.device, torch.float32)
-        rows[:, LOG_RADIUS] = torch.log(radii[:m].to(self.device, torch.float32).clamp_min(1e-6))
+        rows[:, LOG_RADIUS] = torch.log(at_least(radii[:m].to(self.device, torch.float32), 1e-6))
         rows[:, COLOR] = logit(colors[:m].to(self.device, torch.float32))
         rows[:, OPACITY] = logit(opacities[:m].to(self.device, torch.float32))
         sl = slice(self.n, self.n + m)
@@ -192,7 +193,7 @@ class SphereMap:
         if self.frozen:
             mask = mask.clone()
             mask[: self.frozen] = False
-        keep = torch.nonzero(~mask.to(self.device), as_tuple=False).squeeze(1)
+        keep = torch.nonzero(logical_not(mask.to(self.device)), as_tuple=False).squeeze(1)
         k = int(keep.shape[0])
         removed = self.n - k
         if removed == 0:

@@ -23,6 +23,7 @@ from slam.mapping.keyframes import KeyframeStore
 from slam.mapping.pose_refine import KeyframePoseRefiner
 from slam.mapping.pruner import Pruner, PruneReport
 from slam.mapping.step_graph import StepGraph
+from slam.tensor_ops import at_least
 
 
 @dataclass
@@ -283,4 +284,4 @@ class Mapper:
         means, radii, _, _ = self.smap.activated()
         z = transform_points(T_cw, means.detach())[:, 2]
         f = float(kf.K[0, 0])
-        return torch.where(z > 0.05, f * radii.detach() / z.clamp_min(0.05), torch.zeros_like(z))
+        return torch.where(z > 0.05, f * radii.detach() / at_least(z, 0.05), torch.zeros_like(z))

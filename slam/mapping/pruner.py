@@ -26,7 +26,8 @@ import torch
 
 from rasterizer import lower_median
 from slam.config import PrunerConfig
-from slam.map.sphere_map import OPACITY, SphereMap
+from slam.map.sphere_map import SphereMap, activate
+from slam.tensor_ops import at_least, logical_not
 
 
 @dataclass
@@ -49,7 +50,7 @@ def adapt_factor(cfg: PrunerConfig, novelty: float) -> float:
 
 
 def _median(x: torch.Tensor) -> torch.Tensor:
-    return lower_median(x).clamp_min(1e-12) if x.numel() else torch.ones((), device=x.device)
+    return at_least(lower_median(x), 1e-12) if x.numel() else torch.ones((), device=x.device)
 
 
 class Pruner:
@@ -63,7 +64,7 @@ class Pruner:
         n = smap.n
         seen = weight_sum[:n] > 0
         c_new = weight_sum[:n] / max(renders, 1)
-        e_new = error_sum[:n] / weight_sum[:n].clamp_min(1e-12)
+        e_new = error_sum[:n] / at_least(weight_sum[:n], 1e-12)
         beta = self.cfg.weight_ema
         st = smap.stats
         fresh = st["age"][:n] <= 0          # ages count rounds (>= 0); ``<=``, not ``==``: on CUDA
@@ -103,14 +104,15 @@ class Pruner:
         rounds = smap.stats["low_rounds"][:n]
         smap.stats["low_rounds"][:n] = torch.where(seen, torch.where(low, rounds + 1, torch.zeros_like(rounds)), rounds)
         remove_low = smap.stats["low_rounds"][:n] >= self.cfg.window
-        opacity = torch.sigmoid(smap.params[:n, OPACITY])
+        opacity = activate(smap.params[:n])[3]   # the map's kernel (torch.sigmoid's would load, 8 MB)
         transparent = opacity < self.cfg.min_opacity
         oversized = screen_radius_px > self.cfg.max_radius_px
         for m in (remove_low, transparent, oversized):
             m[: smap.frozen] = False   # a frozen saved map (localize) is never pruned
         report.removed_transparent = int(transparent.sum())
-        report.removed_oversized = int((oversized & ~transparent).sum())
-        report.removed_low = int((remove_low & ~transparent & ~oversized).sum())
+        opaque, in_size = logical_not(transparent), logical_not(oversized)
+        report.removed_oversized = int((oversized & opaque).sum())
+        report.removed_low = int((remove_low & opaque & in_size).sum())
         smap.remove(remove_low | transparent | oversized)
         return report
 

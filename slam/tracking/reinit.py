@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-import torch
 
 from slam.config import ReinitConfig
 from slam.geometry import relative_motion
@@ -95,7 +94,7 @@ class Reinitialiser:
         self.attempts += 1
         found = []
         if keyframes and self.cfg.keyframes > 0:
-            query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
+            query = orb_features(obs.color_uint8())
             K = obs.K.numpy()
             for kf in keyframes[-self.cfg.keyframes:]:
                 res = pnp_pose(query, K, kf, self._keyframe_features(kf))

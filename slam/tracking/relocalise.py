@@ -135,7 +135,7 @@ class Relocaliser:
         if stop.is_set():
             return given_up()
         if self.cfg.use_features:
-            query = orb_features((obs.color * 255).round().to(torch.uint8).cpu().numpy())
+            query = orb_features(obs.color_uint8())
             pnp = []
             for i in ranked[: self.cfg.pnp_k]:
                 if stop.is_set():
