@@ -168,13 +168,16 @@ class SphereMap:
         if m <= 0:
             return 0
         self._grow(self.n + m)
-        rows = torch.empty(m, PARAM_DIM, device=self.device)
-        rows[:, MEANS] = means[:m].to(self.device, torch.float32)
-        rows[:, LOG_RADIUS] = torch.log(at_least(radii[:m].to(self.device, torch.float32), 1e-6))
-        rows[:, COLOR] = logit(colors[:m].to(self.device, torch.float32))
-        rows[:, OPACITY] = logit(opacities[:m].to(self.device, torch.float32))
+        # the rows are made where the inputs are (the mapper seeds on the host: log and logit
+        # there load no GPU kernels), then copied in
+        src = means.device
+        rows = torch.empty(m, PARAM_DIM, device=src)
+        rows[:, MEANS] = means[:m].to(src, torch.float32)
+        rows[:, LOG_RADIUS] = torch.log(at_least(radii[:m].to(src, torch.float32), 1e-6))
+        rows[:, COLOR] = logit(colors[:m].to(src, torch.float32))
+        rows[:, OPACITY] = logit(opacities[:m].to(src, torch.float32))
         sl = slice(self.n, self.n + m)
-        self.params[sl] = rows
+        self.params[sl] = rows.to(self.device)
         self.exp_avg[sl] = 0
         self.exp_avg_sq[sl] = 0
         self.steps[sl] = 0

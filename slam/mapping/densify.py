@@ -38,8 +38,8 @@ def seed_pixels(mask: torch.Tensor, cfg: MappingConfig, generator: torch.Generat
 def most_needed(vs: torch.Tensor, us: torch.Tensor, priority: torch.Tensor, room: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``room`` pixels of (vs, us) with the lowest ``priority`` (H, W) (e.g. rendered alpha:
     the map's biggest holes), ties in their given order: what a budget cut keeps. Only called
-    when the budget cuts (a sort; on a GPU its kernels load into host memory on first use,
-    docs/benchmarks.md#host-memory)."""
+    when the budget cuts (a sort: the mapper calls it on the host, where the seeds are made;
+    on a GPU its kernels would load into host memory, docs/benchmarks.md#host-memory)."""
     order = torch.argsort(priority[vs, us], stable=True)[: max(room, 0)]
     return vs[order], us[order]
 

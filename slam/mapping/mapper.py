@@ -190,9 +190,16 @@ class Mapper:
         vs, us = seed_pixels(mask, self.cfg, self.generator)
         budget_removed = self.pruner.make_room(self.smap, int(vs.shape[0])) if self.pruner.cfg.enabled else 0
         room = self.smap.budget - self.smap.n
+        # The seeds are made on the host, from the keyframe's own arrays (those its view was
+        # uploaded from): a few thousand gathers and back-projections a keyframe, whose kernel
+        # families would each load into host memory on a GPU (docs/benchmarks.md#host-memory);
+        # SphereMap.add uploads the finished rows.
+        host = obs if obs.color.device.type == "cpu" else KeyframeView.upload(kf, torch.device("cpu")).observation()
+        vs, us = vs.cpu(), us.cpu()
         if priority is not None and vs.shape[0] > room:     # the budget cuts: keep the most needed
-            vs, us = most_needed(vs, us, priority, room)
-        means, radii, colors, opacities = seed_spheres(obs, T_wc, vs, us, self.cfg)
+            vs, us = most_needed(vs, us, priority.cpu(), room)
+        T_wc_host = torch.as_tensor(kf.T_wc, dtype=torch.float32)
+        means, radii, colors, opacities = seed_spheres(host, T_wc_host, vs, us, self.cfg)
         return self.smap.add(means, radii, colors, opacities, kf.kf_id), novelty, budget_removed
 
     def _update(self, view: KeyframeView, stats, rows: torch.Tensor, room=None,
