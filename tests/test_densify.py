@@ -3,6 +3,7 @@ switched on, too coarse in colour, on valid depth away from edges), the seeding 
 seeds a budget cut keeps (the most needed: lowest priority, ties in grid order)."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from slam.config import MappingConfig
@@ -69,9 +70,12 @@ def test_seed_spheres_back_project_their_pixels():
     assert torch.equal(colors, obs.color[vs, us]) and torch.all(opacities == cfg.initial_opacity)
 
 
-def test_the_mapper_cuts_new_seeds_to_the_budget_keeping_the_map_s_holes():
-    """With no room for every seed, the mapper keeps those where the map renders the least alpha
-    (the holes), not the first in grid order; with room, every seed is added."""
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _seeded(device: str, budget: int):
+    """A mapper whose map covers the left half of a keyframe's view (1 m behind its surface),
+    after one densification of that keyframe: (added, the new rows (M, 8) on the host)."""
     import numpy as np
 
     from slam.config import PrunerConfig
@@ -80,25 +84,27 @@ def test_the_mapper_cuts_new_seeds_to_the_budget_keeping_the_map_s_holes():
     from slam.mapping.keyframes import KeyframeStore
     from slam.mapping.mapper import Mapper
 
-    K = torch.tensor([[40.0, 0, 19.5], [0, 40.0, 14.5], [0, 0, 1]])
-    view = KeyframeView.derive(torch.full((30, 40, 3), 128, dtype=torch.uint8), torch.full((30, 40), 2.0).half(),
-                               K, torch.eye(4))
-    kf = SimpleNamespace(T_wc=np.eye(4), kf_id=1)
+    K = np.array([[40.0, 0, 19.5], [0, 40.0, 14.5], [0, 0, 1]])
+    kf = SimpleNamespace(T_wc=np.eye(4), kf_id=1, color=np.full((30, 40, 3), 128, np.uint8),
+                         depth=np.full((30, 40), 2.0, np.float16), K=K)
     ys, xs = torch.meshgrid(torch.linspace(-0.7, 0.7, 30), torch.linspace(-1.9, -0.05, 40), indexing="ij")
     behind = torch.stack([xs.flatten() * 1.5, ys.flatten() * 1.5, torch.full((1200,), 3.0)], 1)  # left half, 1 m behind
+    smap = SphereMap(device, max_spheres=budget)
+    smap.add(behind, torch.full((1200,), 0.05), torch.full((1200, 3), 0.5), torch.full((1200,), 0.99))
+    smap.publish()
+    mapper = Mapper(MappingConfig(), PrunerConfig(enabled=False), smap, KeyframeStore(4), backend=device)
+    added, _, _ = mapper._densify(KeyframeView.upload(kf, torch.device(device)), kf, device)
+    return added, smap.params[1200:smap.n].cpu()
 
-    def mapper(budget):
-        smap = SphereMap("cpu", max_spheres=budget)
-        smap.add(behind, torch.full((1200,), 0.05), torch.full((1200, 3), 0.5), torch.full((1200,), 0.99))
-        smap.publish()
-        return Mapper(MappingConfig(), PrunerConfig(enabled=False), smap, KeyframeStore(4), backend="cpu")
 
-    roomy = mapper(10_000)
-    added, _, _ = roomy._densify(view, kf, "cpu")
-    new = roomy.smap.params[1200:roomy.smap.n, :3]
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_mapper_cuts_new_seeds_to_the_budget_keeping_the_map_s_holes(device):
+    """With no room for every seed, the mapper keeps those where the map renders the least alpha
+    (the holes), not the first in grid order; with room, every seed is added. The seeds are made
+    on the host from the keyframe's arrays: a GPU map gets the CPU map's rows, to the bit."""
+    added, new = _seeded(device, 10_000)
     assert added == 300 and bool((new[:, 0] < 0).any()) and bool((new[:, 0] > 0).any())   # both halves
-
-    tight = mapper(1200 + 60)
-    added, _, _ = tight._densify(view, kf, "cpu")
-    new = tight.smap.params[1200:tight.smap.n, :3]
-    assert added == 60 and bool((new[:, 0] > 0.02).all())     # all from the uncovered right half
+    added_tight, tight = _seeded(device, 1200 + 60)
+    assert added_tight == 60 and bool((tight[:, 0] > 0.02).all())     # all from the uncovered right half
+    if device != "cpu":
+        assert torch.equal(new, _seeded("cpu", 10_000)[1]) and torch.equal(tight, _seeded("cpu", 1200 + 60)[1])

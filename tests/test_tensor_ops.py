@@ -25,7 +25,8 @@ def test_logical_not_is_bitwise_not(device):
     mask = torch.rand(7, 9, generator=torch.Generator().manual_seed(1)).to(device) > 0.5
     got = logical_not(mask)
     assert got.dtype == torch.bool and torch.equal(got, ~mask)
-    assert torch.equal(logical_not(torch.zeros(0, dtype=torch.bool, device=device)), torch.zeros(0, dtype=torch.bool, device=device))
+    empty = torch.zeros(0, dtype=torch.bool, device=device)
+    assert torch.equal(logical_not(empty), empty)
 
 
 @pytest.mark.parametrize("device", DEVICES)
