@@ -20,8 +20,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("rasterizer",),                       # the kernels: usable alone
     ("slam", "slam.resources"),            # package settings; where shipped files live
     ("slam.config",),                      # the typed schema: every tuning value
-    ("slam.geometry", "slam.camera", "slam.cuda_graphs"),  # SE(3) / pose math; pinhole intrinsics;
-                                           # the CUDA graph capture (no slam imports)
+    ("slam.geometry", "slam.camera", "slam.cuda_graphs", "slam.tensor_ops"),  # SE(3) / pose math;
+                                           # pinhole intrinsics; the CUDA graph capture; element-wise
+                                           # helpers (no slam imports)
     ("slam.data",),                        # frames in
     ("slam.observation",),                 # a frame on the device
     ("slam.map",),                         # the shared state: spheres, keyframes, snapshots, files
