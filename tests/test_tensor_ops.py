@@ -54,3 +54,13 @@ def test_colour_rounds_on_the_host_as_round_does_on_the_device(device):
     want = (color * 255).round().to(torch.uint8).cpu().numpy()
     got = obs.color_uint8()
     assert got.dtype == np.uint8 and np.array_equal(got, want)
+
+
+def test_broken_colour_rounds_to_defined_bytes():
+    """NaN colour becomes 0 and values outside [0, 1] saturate (no undefined cast, no warning)."""
+    import warnings
+    color = torch.tensor([[[float("nan"), -0.5, 1.7]]])
+    obs = Observation(color, torch.ones(1, 1), torch.eye(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert obs.color_uint8().tolist() == [[[0, 0, 255]]]
