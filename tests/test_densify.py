@@ -79,14 +79,14 @@ def _seeded(device: str, budget: int):
     import numpy as np
 
     from slam.config import PrunerConfig
-    from slam.map.keyframes import KeyframeView
+    from slam.map.keyframes import Keyframe, KeyframeView
     from slam.map.sphere_map import SphereMap
     from slam.mapping.keyframes import KeyframeStore
     from slam.mapping.mapper import Mapper
 
     K = np.array([[40.0, 0, 19.5], [0, 40.0, 14.5], [0, 0, 1]])
-    kf = SimpleNamespace(T_wc=np.eye(4), kf_id=1, color=np.full((30, 40, 3), 128, np.uint8),
-                         depth=np.full((30, 40), 2.0, np.float16), K=K)
+    kf = Keyframe(0, 0.0, np.eye(4), np.full((30, 40, 3), 128, np.uint8), np.full((30, 40), 2.0, np.float16), K,
+                  kf_id=1)
     ys, xs = torch.meshgrid(torch.linspace(-0.7, 0.7, 30), torch.linspace(-1.9, -0.05, 40), indexing="ij")
     behind = torch.stack([xs.flatten() * 1.5, ys.flatten() * 1.5, torch.full((1200,), 3.0)], 1)  # left half, 1 m behind
     smap = SphereMap(device, max_spheres=budget)

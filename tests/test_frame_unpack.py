@@ -71,6 +71,8 @@ def test_camera_frames_and_keyframe_views_unpack_alike(device):
     view = KeyframeView.upload(kf, torch.device(device)).observation()
     assert torch.equal(obs.color, view.color)
     assert torch.equal(obs.depth, view.depth)
+    host = kf.observation()                   # the keyframe's own images on the host
+    assert torch.equal(host.color, view.color.cpu()) and torch.equal(host.depth, view.depth.cpu())
     assert float(obs.depth.min()) == 0.0 and not torch.isnan(obs.depth).any()
 
 

@@ -70,6 +70,13 @@ class Keyframe:
     def nbytes(self) -> int:
         return self.color.nbytes + self.depth.nbytes
 
+    def observation(self) -> Observation:
+        """The keyframe as float images on the host (colour (H, W, 3) in [0, 1], depth (H, W)
+        metres: ``rasterizer.unpack_frame``, as ``KeyframeView.observation`` on its device), K
+        (3, 3) float32; no depth masks derived."""
+        color, depth = unpack_frame(torch.from_numpy(self.color), torch.from_numpy(self.depth))
+        return Observation(color, depth, torch.as_tensor(self.K, dtype=torch.float32))
+
 
 @dataclass
 class KeyframeView:

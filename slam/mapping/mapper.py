@@ -194,7 +194,7 @@ class Mapper:
         # uploaded from): a few thousand gathers and back-projections a keyframe, whose kernel
         # families would each load into host memory on a GPU (docs/benchmarks.md#host-memory);
         # SphereMap.add uploads the finished rows.
-        host = obs if obs.color.device.type == "cpu" else KeyframeView.upload(kf, torch.device("cpu")).observation()
+        host = kf.observation()
         vs, us = vs.cpu(), us.cpu()
         if priority is not None and vs.shape[0] > room:     # the budget cuts: keep the most needed
             vs, us = most_needed(vs, us, priority.cpu(), room)
