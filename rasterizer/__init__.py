@@ -58,7 +58,8 @@ fused pass; its model is in rasterizer/gauss_newton.py.
 Mapping: ``adam_rows(params, exp_avg, exp_avg_sq, steps, grad, lr)`` is the map's Adam update of
 packed sphere rows in one kernel (per-row step counts, per-column learning rates; rasterizer/adam.py);
 ``activate_rows(rows)`` the rows' parametrisation (means, exp radius, sigmoid colours and opacity) and
-``activate_rows_backward`` its gradient, one kernel each (rasterizer/activation.py);
+``activate_rows_backward`` its gradient, one kernel each, and ``transform_means`` their move of points
+into a camera (rasterizer/activation.py);
 ``render_l1_loss(color, depth, obs_color, obs_depth, valid, depth_ok, depth_weight)`` its loss (masked
 L1 colour and depth of a render against a frame) and the pixel errors, one kernel each way
 (rasterizer/loss.py).
@@ -87,7 +88,7 @@ import torch
 
 from ._ext import BACKENDS, OP_BACKENDS, resolve_backend
 from ._inputs import check_spheres, zeros3
-from .activation import activate_rows, activate_rows_backward
+from .activation import activate_rows, activate_rows_backward, transform_means
 from .adam import adam_rows
 from .frame import depth_edge_mask, downsample, unpack_frame, unroll
 from .gauss_newton import GaussNewtonResult, gauss_newton, increment_points
@@ -95,8 +96,9 @@ from .loss import RenderLoss, render_l1_loss
 from .median import lower_median, median_depth
 
 __all__ = ["rasterize_spheres", "RasterOutput", "SphereStats", "PairRoom", "BACKENDS", "OP_BACKENDS", "gauss_newton",
-           "GaussNewtonResult", "increment_points", "adam_rows", "activate_rows", "activate_rows_backward", "render_l1_loss",
-           "RenderLoss", "unpack_frame", "downsample", "depth_edge_mask", "unroll", "median_depth", "lower_median"]
+           "GaussNewtonResult", "increment_points", "adam_rows", "activate_rows", "activate_rows_backward",
+           "transform_means", "render_l1_loss", "RenderLoss", "unpack_frame", "downsample", "depth_edge_mask", "unroll",
+           "median_depth", "lower_median"]
 
 
 class RasterOutput(NamedTuple):

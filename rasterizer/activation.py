@@ -19,7 +19,8 @@ T_cw = [R t] (the mapper's step: the render takes camera-frame means) the means 
 
 each sum in the order of PyTorch's CPU reduction of ``(xyz[:, None] * R).sum(-1) + t``
 (``slam.geometry.transform_points``) and its autograd, so CPU runs keep their figures; the pose
-gets no gradient (the mapper refines a keyframe's pose through a delta applied after it). The
+gets no gradient (the mapper refines a keyframe's pose through a delta applied after it).
+``transform_means`` is that move alone, for points already activated (a published snapshot's). The
 transform as PyTorch ops took five launches a step. The PyTorch formulation
 (``reference``, the tests' oracle) takes three launches forward and four backward (plus a zero-filled
 tensor per absent gradient); the mapper steps 40 times a keyframe, so on the GPU the kernels
@@ -91,6 +92,23 @@ def activate_rows_backward(g_means: Optional[torch.Tensor], g_radii: Optional[to
     empty = radii.new_empty(0)
     grads = [empty if g is None else g.contiguous() for g in (g_means, g_radii, g_colors, g_opacities)]
     return _ext.ops(backend).activate_rows_backward(*grads, radii, colors, opacities, _pose_arg(T_cw, radii))
+
+
+def transform_means(means: torch.Tensor, T_cw: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """World-frame points (N, 3) float32 metres -> camera frame (N, 3) (new tensor), R p + t with
+    T_cw (4, 4) float32 on the points' device: the activation's move of the means (the model
+    above, its sums in the same order, so bit-identical on the CPU to
+    ``slam.geometry.transform_points``), for points already activated (a published snapshot's
+    renders), one kernel, no autograd. backend: as ``activate_rows``."""
+    backend = _ext.resolve_backend(backend, means, what="means")
+    if means.dim() != 2 or means.shape[1] != 3 or (backend != "reference" and means.dtype != torch.float32):
+        raise ValueError(f"means must be (N, 3) float32, got {tuple(means.shape)} {means.dtype}")
+    if T_cw is None:
+        raise ValueError("transform_means needs a (4, 4) pose T_cw")
+    _check_pose(T_cw, means, float32=backend != "reference")
+    if backend == "reference":
+        return (means.unsqueeze(1) * T_cw[:3, :3]).sum(-1) + T_cw[:3, 3]
+    return _ext.ops(backend).transform_means(means.contiguous(), T_cw.contiguous())
 
 
 def _check_rows(rows: torch.Tensor, float32: bool) -> None:

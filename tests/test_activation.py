@@ -116,3 +116,34 @@ def test_bad_poses_are_refused():
         activate_rows(rows, torch.eye(3))
     with pytest.raises(ValueError, match="no gradient"):
         activate_rows(rows, torch.eye(4).requires_grad_(True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [0, 1, 20_000])
+def test_transform_means_is_the_activation_s_move(device, n):
+    """transform_means (a published snapshot's world means to a camera): on the CPU bit for bit
+    slam.geometry.transform_points, on CUDA the activation's own move of the same points (its
+    kernel's sums) to the bit and transform_points within rounding."""
+    from rasterizer import transform_means
+    from slam.geometry import transform_points
+    rows, T = _rows(n).to(device), _pose().to(device)
+    pts = rows[:, :3].contiguous()
+    got = transform_means(pts, T)
+    assert got.shape == (n, 3) and got.device == pts.device
+    assert torch.equal(got, activate_rows(rows, T)[0])
+    if device == "cpu":
+        assert torch.equal(got, transform_points(T, pts))
+    else:
+        torch.testing.assert_close(got, transform_points(T, pts), rtol=0.0, atol=2e-6)
+    torch.testing.assert_close(got, transform_means(pts.double(), T.double(), backend="reference").float(),
+                               rtol=0.0, atol=2e-6)
+
+
+def test_transform_means_refuses_bad_inputs():
+    from rasterizer import transform_means
+    with pytest.raises(ValueError, match=r"means must be \(N, 3\)"):
+        transform_means(torch.zeros(4, 2), torch.eye(4))
+    with pytest.raises(ValueError, match=r"T_cw must be \(4, 4\)"):
+        transform_means(torch.zeros(4, 3), torch.eye(3))
+    with pytest.raises(ValueError, match="needs a"):
+        transform_means(torch.zeros(4, 3), None)

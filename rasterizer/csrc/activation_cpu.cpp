@@ -47,15 +47,30 @@ at::Tensor activate_rows_backward_cpu(const at::Tensor& g_means, const at::Tenso
   return g_rows;
 }
 
+at::Tensor transform_means_cpu(const at::Tensor& means, const at::Tensor& T_cw) {
+  sr::check_input(means, "means", /*cuda=*/false, 3);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/false);
+  TORCH_CHECK(T != nullptr, "transform_means: T_cw must be a (4, 4) pose");
+  const int64_t n = means.size(0);
+  at::Tensor out = at::empty({n, 3}, means.options());
+  const float* p = means.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+#pragma omp parallel for num_threads(sr_cpu::num_threads()) schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) sr::transform_point(i, p, T, o);
+  return out;
+}
+
 // Arguments as rasterizer/activation.py passes them; an output gradient may be empty (none), and
 // so may T_cw (no pose: world-frame means).
 TORCH_LIBRARY_FRAGMENT(sphere_raster, m) {
   m.def("activate_rows(Tensor rows, Tensor T_cw) -> (Tensor means, Tensor radii, Tensor colors, Tensor opacities)");
   m.def("activate_rows_backward(Tensor g_means, Tensor g_radii, Tensor g_colors, Tensor g_opacities, "
         "Tensor radii, Tensor colors, Tensor opacities, Tensor T_cw) -> Tensor");
+  m.def("transform_means(Tensor means, Tensor T_cw) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sphere_raster, CPU, m) {
   m.impl("activate_rows", &activate_rows_cpu);
   m.impl("activate_rows_backward", &activate_rows_backward_cpu);
+  m.impl("transform_means", &transform_means_cpu);
 }

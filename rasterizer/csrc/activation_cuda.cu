@@ -39,6 +39,13 @@ __global__ void __launch_bounds__(kThreads)
                               T, g_rows);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    transform_kernel(int64_t n, const float* __restrict__ points, const float* __restrict__ T,
+                     float* __restrict__ out) {
+  const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+  if (i < n) sr::transform_point(i, points, T, out);
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activate_rows_cuda(const at::Tensor& rows,
@@ -78,8 +85,24 @@ at::Tensor activate_rows_backward_cuda(const at::Tensor& g_means, const at::Tens
   return g_rows;
 }
 
+at::Tensor transform_means_cuda(const at::Tensor& means, const at::Tensor& T_cw) {
+  sr::check_input(means, "means", /*cuda=*/true, 3);
+  const float* T = sr::optional_pose(T_cw, /*cuda=*/true);
+  TORCH_CHECK(T != nullptr, "transform_means: T_cw must be a (4, 4) pose");
+  const int64_t n = means.size(0);
+  at::Tensor out = at::empty({n, 3}, means.options());
+  if (n == 0) return out;
+  const c10::cuda::CUDAGuard guard(means.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  transform_kernel<<<sr_cuda::blocks_for(n, kThreads), kThreads, 0, stream>>>(
+      n, means.data_ptr<float>(), T, out.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
 // The schemas are in activation_cpu.cpp.
 TORCH_LIBRARY_IMPL(sphere_raster, CUDA, m) {
   m.impl("activate_rows", &activate_rows_cuda);
   m.impl("activate_rows_backward", &activate_rows_backward_cuda);
+  m.impl("transform_means", &transform_means_cuda);
 }

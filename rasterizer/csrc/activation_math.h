@@ -8,6 +8,7 @@
 // means are moved into the camera, R xyz + t, and the xyz gradient is R^T g: each sum in the order
 // PyTorch's CPU reduction of geometry.transform_points takes ((a0 + a1) + a2, then + t), so that
 // CPU runs keep their figures (no fused multiply-add: the CUDA kernel rounds each product).
+// transform_point: the same move of plain points (N, 3) (the snapshot's renders of world means).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -64,6 +65,14 @@ SR_ACT_HD void activate_row_but_radius(int64_t i, const float* rows, const float
   colors[3 * i + 1] = sigmoid_of(r[5]);
   colors[3 * i + 2] = sigmoid_of(r[6]);
   opacities[i] = sigmoid_of(r[7]);
+}
+
+// Point i of points (N, 3) moved by T into out (N, 3): R p + t, summed as pose_row does.
+SR_ACT_HD void transform_point(int64_t i, const float* points, const float* T, float* out) {
+  const float x = points[3 * i], y = points[3 * i + 1], z = points[3 * i + 2];
+  out[3 * i] = pose_row(T, 0, x, y, z);
+  out[3 * i + 1] = pose_row(T, 1, x, y, z);
+  out[3 * i + 2] = pose_row(T, 2, x, y, z);
 }
 
 // Row i of rows (N, 8) -> means (N, 3), radii (N,), colors (N, 3), opacities (N,).

@@ -28,10 +28,18 @@ def render_spheres(
     means_w: (N, 3) metres, world; radii: (N,) metres; colors: (N, 3) in [0, 1];
     opacities: (N,) in [0, 1]; K: (3, 3) of the target resolution.
     Returns the rasterizer output (color (H, W, 3), depth (H, W) metres, alpha (H, W)).
-    Gradients reach ``T_cw`` through the camera-frame means when it requires grad.
+    Gradients reach ``T_cw`` and ``means_w`` through the camera-frame means when they require grad
+    (the move as PyTorch ops); without, the move is one kernel (``rasterizer.transform_means``, the
+    same sums: on a GPU the ops' kernel families would load into host memory for the snapshot's
+    renders alone, docs/benchmarks.md#host-memory).
     The other arguments: as ``render_camera_spheres``.
     """
-    return render_camera_spheres(transform_points(T_cw, means_w), radii, colors, opacities, K, width, height,
+    if torch.is_grad_enabled() and (T_cw.requires_grad or means_w.requires_grad):
+        means_c = transform_points(T_cw, means_w)
+    else:
+        kernel = backend if backend in ("cpu", "cuda", "reference") else "auto"
+        means_c = rasterizer.transform_means(means_w.detach(), T_cw.detach(), backend=kernel)
+    return render_camera_spheres(means_c, radii, colors, opacities, K, width, height,
                                  backend=backend, stats=stats, pose_delta=pose_delta, pair_room=pair_room)
 
 
