@@ -105,12 +105,9 @@ class KeyframeView:
     def derive(color: torch.Tensor, depth: torch.Tensor, K: torch.Tensor, T_cw: torch.Tensor) -> "KeyframeView":
         """The view of compact images already on the device (color (H, W, 3) uint8, depth (H, W)
         float16 metres; K (3, 3) float32 CPU; T_cw (4, 4) float32): its depth masks derived there
-        (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``).
-        Valid depth is finite and positive (``unpack_frame``'s rule, which leaves other depth 0), as
-        a cast to bool of the unpacked depth: a comparison's kernels would load into host memory
-        on a GPU for this use alone (docs/benchmarks.md#host-memory)."""
-        d = unpack_frame(color, depth)[1]
-        return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d.bool())
+        (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``)."""
+        d = depth.float()
+        return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d > 0)
 
     def observation(self) -> Observation:
         """The keyframe as float images: colour (H, W, 3) in [0, 1], depth (H, W) metres."""
