@@ -86,6 +86,11 @@ def test_profile_of_the_sample_projects_to_jetsons(tmp_path, capsys):
     assert tracking["thread_cpu_ms"] > 0 and tracking["run_wall_ms"] >= 0.99 * tracking["thread_cpu_ms"]
     assert mapping["wall_ms"] > 0 and mapping["host_ms"] > 0 and mapping["count"] == 1 and mapping["timed"] == 1
     assert mapping["gpu_ms"] == 0 and mapping["launches"] == 0 and mapping["spheres"] > 0      # the CPU path
+    # the mapping's host time by operation: our render among them, the list adding up to the host time
+    host_ops = mapping["host_by_op"]
+    assert any(name.startswith("sphere_raster::") for name in host_ops)
+    assert abs(sum(us for us, _ in host_ops.values()) / 1e3 - mapping["host_ms"]) <= 1e-6 * mapping["host_ms"] + 1e-9
+    assert "mapping's host operations a keyframe" in printed
     assert 0 < profile["keyframe_rate"] <= 1 and profile["rate_keyframes"] >= 3 and profile["start_ms"] > 0
     assert profile["first_frame_ms"] > 0
     assert profile["grid"]["cpu_ms"] >= 0 and profile["grid"]["keyframes"] >= 3
@@ -334,3 +339,6 @@ def test_profile_average_keeps_each_kernel_mean_over_the_calls_largest_first():
     assert list(out["gpu_by_kernel"]) == ["raster", "adam"]                 # largest mean first
     assert out["gpu_by_kernel"]["raster"] == [25.0, 0.5]                    # absent in one call: 0 there
     assert out["gpu_by_kernel"]["adam"] == [15.0, 2.0]
+    hosts = average([{"frames": 1, "host_ms": 1.0, "host_by_op": {"aten::lt": [4.0, 2.0]}},
+                     {"frames": 1, "host_ms": 1.0, "host_by_op": {"aten::nonzero": [10.0, 1.0]}}])
+    assert hosts["host_by_op"] == {"aten::nonzero": [5.0, 0.5], "aten::lt": [2.0, 1.0]}

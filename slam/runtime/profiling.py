@@ -27,7 +27,7 @@ PAGEABLE_READ = "Memcpy DtoH (Device -> Pageable)"
 
 
 def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = None,
-              by_kernel: bool = False) -> dict:
+              by_kernel: bool = False, by_host_op: bool = False) -> dict:
     """Per frame, from a ``torch.profiler`` run over ``frames`` tracked frames: ``host_ms`` (the
     operators' and CUDA calls' own CPU time, without the explicit waits for the GPU),
     ``host_wait_ms`` (those waits), ``host_waits`` (how often the host waited: synchronise calls
@@ -35,11 +35,14 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
     GPU operations run, also those of a CUDA graph), ``host_launches`` (the host calls that queued
     them: launches, copies, memsets, graph launches); with ``kernel_class`` (name -> class) also
     ``gpu_ms_by_class``; with ``by_kernel`` also ``gpu_by_kernel``: per GPU operation name (the
-    profiler's), [GPU us per frame, runs per frame] (slam.tools.ab_compare compares them)."""
+    profiler's), [GPU us per frame, runs per frame] (slam.tools.ab_compare compares them); with
+    ``by_host_op`` also ``host_by_op``: per host operation or CUDA call, [its own CPU us per frame,
+    calls per frame] (the explicit waits left out), largest first."""
     host_us = wait_us = gpu_us = 0.0
     launches = host_launches = waits = 0
     by_class: dict = {}
     kernels: dict = {}
+    host_ops: dict = {}
     for e in prof.key_averages():
         if "CUDA" in str(getattr(e, "device_type", "")):
             dev = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
@@ -58,6 +61,9 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
             waits += e.count
             continue
         host_us += e.self_cpu_time_total
+        if by_host_op and e.self_cpu_time_total > 0:
+            us, calls = host_ops.get(e.key, (0.0, 0))
+            host_ops[e.key] = (us + e.self_cpu_time_total, calls + e.count)
         if e.key in HOST_LAUNCH_CALLS:
             host_launches += e.count
     out = {"frames": frames, "host_ms": host_us / 1e3 / frames, "host_wait_ms": wait_us / 1e3 / frames,
@@ -68,6 +74,9 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
     if by_kernel:
         out["gpu_by_kernel"] = {k: [us / frames, runs / frames] for k, (us, runs) in
                                 sorted(kernels.items(), key=lambda kv: -kv[1][0])}
+    if by_host_op:
+        out["host_by_op"] = {k: [us / frames, calls / frames] for k, (us, calls) in
+                             sorted(host_ops.items(), key=lambda kv: -kv[1][0])}
     return out
 
 

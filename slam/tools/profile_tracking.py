@@ -143,7 +143,8 @@ def main(argv=None) -> int:
 
 def profiled(fn: Callable[[], object], cuda: bool) -> dict:
     """``fn()`` once under torch.profiler (the GPU drained before and inside): ``summarise``'s
-    figures for that one call (host ms, waits, GPU ms by kernel class, launches)."""
+    figures for that one call (host ms, waits, GPU ms by kernel class, launches; host CPU us by
+    operation)."""
     from slam.runtime.profiling import summarise
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
@@ -151,24 +152,25 @@ def profiled(fn: Callable[[], object], cuda: bool) -> dict:
     with torch.profiler.profile(activities=acts) as prof:
         fn()
         sync()
-    return summarise(prof, 1, kernel_class if cuda else None, by_kernel=cuda)
+    return summarise(prof, 1, kernel_class if cuda else None, by_kernel=cuda, by_host_op=True)
 
 
 def average(summaries: list) -> dict:
     """The mean of ``profiled`` figures over several calls; ``count``: how many. ``gpu_by_kernel``
     (on CUDA): per kernel, [GPU us, runs] per call, averaged over the calls (0 where a call did
-    not run it), largest first."""
-    nested = ("frames", "gpu_ms_by_class", "gpu_by_kernel")
+    not run it), largest first; ``host_by_op`` alike: per host operation, [CPU us, calls]."""
+    nested = ("frames", "gpu_ms_by_class", "gpu_by_kernel", "host_by_op")
     out = {k: float(np.mean([s[k] for s in summaries])) for k in summaries[0] if k not in nested}
     if any("gpu_ms_by_class" in s for s in summaries):
         classes = sorted({c for s in summaries for c in s.get("gpu_ms_by_class", {})})
         out["gpu_ms_by_class"] = {c: float(np.mean([s.get("gpu_ms_by_class", {}).get(c, 0.0) for s in summaries]))
                                   for c in classes}
-    if any("gpu_by_kernel" in s for s in summaries):
-        names = {k for s in summaries for k in s.get("gpu_by_kernel", {})}
-        mean = {k: [float(np.mean([s.get("gpu_by_kernel", {}).get(k, (0.0, 0.0))[i] for s in summaries]))
-                    for i in (0, 1)] for k in names}
-        out["gpu_by_kernel"] = dict(sorted(mean.items(), key=lambda kv: -kv[1][0]))
+    for key in ("gpu_by_kernel", "host_by_op"):
+        if any(key in s for s in summaries):
+            names = {k for s in summaries for k in s.get(key, {})}
+            mean = {k: [float(np.mean([s.get(key, {}).get(k, (0.0, 0.0))[i] for s in summaries]))
+                        for i in (0, 1)] for k in names}
+            out[key] = dict(sorted(mean.items(), key=lambda kv: -kv[1][0]))
     out["count"] = len(summaries)
     return out
 
@@ -244,7 +246,7 @@ def map_further(config: str, overrides: list, system, start: int, keyframes: int
     return out
 
 
-MAPPING_KERNELS_SHOWN = 12   # the mapper's largest GPU operations printed (all of them in --json)
+MAPPING_KERNELS_SHOWN = 12   # the mapper's largest GPU and host operations printed (all of them in --json)
 
 
 def print_system_parts(summary: dict) -> None:
@@ -261,6 +263,10 @@ def print_system_parts(summary: dict) -> None:
         from slam.tools.ab_compare import short_kernel_name
         print("mapping's GPU operations a keyframe (us, runs, class): " + "; ".join(
             f"{short_kernel_name(name)[:60]} {us:.0f}, {runs:.0f}, {kernel_class(name)}" for name, (us, runs) in top))
+    host = list((m.get("host_by_op") or {}).items())[:MAPPING_KERNELS_SHOWN]
+    if host:
+        print("mapping's host operations a keyframe (own CPU us, calls): " + "; ".join(
+            f"{name[:60]} {us:.0f}, {calls:.0f}" for name, (us, calls) in host))
     if loop is not None:
         cpu = "n/a" if loop["cpu_ms"] is None else f"{loop['cpu_ms']:.1f}"
         print(f"loop step: {cpu} ms CPU/keyframe, GPU {loop['gpu_ms']:.2f} ms")
