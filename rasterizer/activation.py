@@ -37,10 +37,15 @@ from . import _ext
 from .adam import N_COLS  # the packed row: xyz, log radius, rgb, opacity (raw values)
 
 
+def _moved(points: torch.Tensor, T_cw: torch.Tensor) -> torch.Tensor:
+    """R p + t for points (N, 3) with PyTorch ops (the oracle of the move)."""
+    return (points.unsqueeze(1) * T_cw[:3, :3]).sum(-1) + T_cw[:3, 3]
+
+
 def reference(rows: torch.Tensor, T_cw: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
     """The forward model with PyTorch ops: (means (N, 3), radii (N,), colors (N, 3), opacities (N,))."""
     xyz = rows[:, :3]
-    means = xyz.contiguous() if T_cw is None else (xyz.unsqueeze(1) * T_cw[:3, :3]).sum(-1) + T_cw[:3, 3]
+    means = xyz.contiguous() if T_cw is None else _moved(xyz, T_cw)
     return means, torch.exp(rows[:, 3]), torch.sigmoid(rows[:, 4:7]), torch.sigmoid(rows[:, 7])
 
 
@@ -107,7 +112,7 @@ def transform_means(means: torch.Tensor, T_cw: torch.Tensor, backend: str = "aut
         raise ValueError("transform_means needs a (4, 4) pose T_cw")
     _check_pose(T_cw, means, float32=backend != "reference")
     if backend == "reference":
-        return (means.unsqueeze(1) * T_cw[:3, :3]).sum(-1) + T_cw[:3, 3]
+        return _moved(means, T_cw)
     return _ext.ops(backend).transform_means(means.contiguous(), T_cw.contiguous())
 
 

@@ -37,7 +37,7 @@ def render_spheres(
     if torch.is_grad_enabled() and (T_cw.requires_grad or means_w.requires_grad):
         means_c = transform_points(T_cw, means_w)
     else:
-        kernel = backend if backend in ("cpu", "cuda", "reference") else "auto"
+        kernel = backend if backend in rasterizer.OP_BACKENDS else "auto"   # gsplat: the device's kernel
         means_c = rasterizer.transform_means(means_w.detach(), T_cw.detach(), backend=kernel)
     return render_camera_spheres(means_c, radii, colors, opacities, K, width, height,
                                  backend=backend, stats=stats, pose_delta=pose_delta, pair_room=pair_room)

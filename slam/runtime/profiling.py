@@ -72,12 +72,15 @@ def summarise(prof, frames: int, kernel_class: Optional[Callable[[str], str]] = 
     if kernel_class is not None:
         out["gpu_ms_by_class"] = {k: v / 1e3 / frames for k, v in sorted(by_class.items())}
     if by_kernel:
-        out["gpu_by_kernel"] = {k: [us / frames, runs / frames] for k, (us, runs) in
-                                sorted(kernels.items(), key=lambda kv: -kv[1][0])}
+        out["gpu_by_kernel"] = _per_frame_largest_first(kernels, frames)
     if by_host_op:
-        out["host_by_op"] = {k: [us / frames, calls / frames] for k, (us, calls) in
-                             sorted(host_ops.items(), key=lambda kv: -kv[1][0])}
+        out["host_by_op"] = _per_frame_largest_first(host_ops, frames)
     return out
+
+
+def _per_frame_largest_first(totals: dict, frames: int) -> dict:
+    """name -> (us, count) totals as name -> [us, count] per frame, the largest time first."""
+    return {k: [us / frames, n / frames] for k, (us, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])}
 
 
 @torch.no_grad()
