@@ -43,6 +43,15 @@ def prepare_device(device: torch.device, threaded: bool, seed: int) -> None:
         # them. Oversubscribed OpenMP teams spin-wait on descheduled threads and run several times
         # slower than one thread each (measured: 3.5x on 2 cores).
         torch.set_num_threads(max(1, cpu_share() // 2))
+    elif device.type == "cuda":
+        # The host's share of a GPU run is bookkeeping on arrays of at most a few hundred thousand
+        # elements (densify's seeds, keyframe images, the grid's and the loop's kernels) beside the run's
+        # busy threads (tracker, mapper, loop, grid, input): an OpenMP team there waits at its
+        # barrier for whichever member is descheduled (dev box, both cores busy: a comparison of
+        # 76,800 floats 7 ms with two threads, 0.05 ms with one). One thread each: on a 16-core
+        # H100 host a keyframe's mapping alone 39.8 -> 18.7 ms (its host indexing, log and frame
+        # unpacking took 4-5 ms each on 16 threads; docs/benchmarks.md#the-other-threads-cost).
+        torch.set_num_threads(1)
 
 
 def cpu_share() -> int:
