@@ -19,22 +19,32 @@ def _scene():
     render.depth[1, 1] = 2.2          # the observed surface 0.2 m in front of the map's
     render.color[2, 2] = 1.0          # colour off by the most it can be (mean error 1)
     render.color[3, 3] = 0.6          # off by 0.6
-    return obs, render
+    return obs, render, torch.ones(h, w, dtype=torch.bool)
 
 
 def test_missing_and_in_front_pixels_are_candidates_and_colour_alone_is_not_by_default():
-    obs, render = _scene()
-    mask = candidate_mask(obs, render, MappingConfig())
+    obs, render, depth_ok = _scene()
+    mask = candidate_mask(obs, render, MappingConfig(), depth_ok)
     assert MappingConfig().densify_color_error == 1.0
     assert mask[0, 0] and mask[1, 1]
     assert int(mask.sum()) == 2       # neither the colour-only pixels (off) nor the agreeing rest
 
 
 def test_colour_error_counts_when_switched_on():
-    obs, render = _scene()
-    mask = candidate_mask(obs, render, MappingConfig(densify_color_error=0.5))
+    obs, render, depth_ok = _scene()
+    mask = candidate_mask(obs, render, MappingConfig(densify_color_error=0.5), depth_ok)
     assert mask[2, 2] and mask[3, 3] and int(mask.sum()) == 4
-    assert int(candidate_mask(obs, render, MappingConfig(densify_color_error=0.7)).sum()) == 3
+    assert int(candidate_mask(obs, render, MappingConfig(densify_color_error=0.7), depth_ok).sum()) == 3
+
+
+def test_only_pixels_with_edge_free_depth_are_candidates():
+    """The mask the keyframe's loss uses (invalid or edge depth) rules a pixel out, missing or not;
+    with no map yet it is the whole answer."""
+    obs, render, depth_ok = _scene()
+    depth_ok[0, 0] = False
+    mask = candidate_mask(obs, render, MappingConfig(), depth_ok)
+    assert not mask[0, 0] and mask[1, 1] and int(mask.sum()) == 1
+    assert torch.equal(candidate_mask(obs, None, MappingConfig(), depth_ok), depth_ok)
 
 
 def test_seed_pixels_are_the_masked_grid_points_in_row_major_order():

@@ -3,26 +3,25 @@ from __future__ import annotations
 
 import torch
 
-from rasterizer import depth_edge_mask
 from slam.config import MappingConfig
 from slam.geometry import backproject, transform_points
 from slam.observation import Observation
 
 
-def candidate_mask(obs: Observation, render, cfg: MappingConfig) -> torch.Tensor:
-    """(H, W) bool: valid, edge-free depth where the map is missing (alpha below
-    ``densify_alpha``), wrong (observed surface in front of the rendered one by more than
-    ``densify_depth_error`` metres) or too coarse (mean colour error above
-    ``densify_color_error``). With no map yet (``render`` None) every valid pixel qualifies."""
-    valid = depth_edge_mask(obs.depth)
+def candidate_mask(obs: Observation, render, cfg: MappingConfig, depth_ok: torch.Tensor) -> torch.Tensor:
+    """(H, W) bool: ``depth_ok`` ((H, W) bool, valid depth away from depth edges: the keyframe
+    view's ``KeyframeView.depth_ok``, the mask its mapping loss uses) where the map is missing
+    (alpha below ``densify_alpha``), wrong (observed surface in front of the rendered one by more
+    than ``densify_depth_error`` metres) or too coarse (mean colour error above
+    ``densify_color_error``). With no map yet (``render`` None) every such pixel qualifies."""
     if render is None:
-        return valid
+        return depth_ok
     needed = (render.alpha < cfg.densify_alpha) | ((render.depth - obs.depth) > cfg.densify_depth_error)
     # Colours are in [0, 1], so a mean error above 1 never happens: at 1 (off, the default) the
     # test is skipped (on a GPU its kernels would load into host memory for nothing).
     if cfg.densify_color_error < 1.0:
         needed = needed | ((render.color - obs.color).abs().mean(-1) > cfg.densify_color_error)
-    return valid & needed
+    return depth_ok & needed
 
 
 def seed_pixels(mask: torch.Tensor, cfg: MappingConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -179,11 +179,11 @@ class Mapper:
         obs = view.observation()
         T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
         if self.smap.n == 0:
-            mask = candidate_mask(obs, None, self.cfg)
+            mask = candidate_mask(obs, None, self.cfg, view.depth_ok)
             priority, novelty = None, 1.0
         else:
             out = self.smap.latest().render(obs.K, obs.width, obs.height, T_cw=invert(T_wc), backend=self.backend)
-            mask = candidate_mask(obs, out, self.cfg)
+            mask = candidate_mask(obs, out, self.cfg, view.depth_ok)
             valid = obs.depth > 0
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
