@@ -69,20 +69,21 @@ def test_missing_or_broken_file_is_named(tmp_path):
 
 
 def test_whole_runs_from_metrics(tmp_path, capsys):
-    def metrics(ate_m, fps, gpu_ms=None):
+    def metrics(ate_m, fps, gpu_ms=None, loops=None):
         m = {"trajectory": {"ate_rmse_m": ate_m}, "fps_system": fps, "fps_tracking": 240.0,
              "stage_ms": {"tracking_mean": 4.0, "mapping_mean": 28.0}, "tracking_failures": 0,
-             "peak_rss_mb": 1200.0}
+             "peak_rss_mb": 1200.0, "loop_closure": None if loops is None else {"loops_closed": loops}}
         if gpu_ms is not None:
             m["per_tracked_frame"] = {"gpu_ms": gpu_ms}
         return m
 
-    rows = {r[0]: r[1:] for r in ab_compare.run_rows([metrics(0.0244, 80.0, 1.25), metrics(0.0242, 84.0, 1.27)],
-                                                     [metrics(0.0243, 90.0)])}
+    rows = {r[0]: r[1:] for r in ab_compare.run_rows([metrics(0.0244, 80.0, 1.25, loops=1), metrics(0.0242, 84.0, 1.27, loops=1)],
+                                                     [metrics(0.0243, 90.0, loops=0)])}
     assert rows["ATE cm"] == ["2.43 [2.42-2.44]", "2.43", "1.000"]
     assert rows["FPS system"] == ["82.0 [80.0-84.0]", "90.0", f"{90 / 82:.3f}"]
     assert rows["GPU ms a tracked frame"] == ["1.260 [1.250-1.270]", "-", "-"]   # a CPU run has none
     assert "peak GPU MB" not in rows                                              # in no run
+    assert rows["loops closed"][:2] == ["1", "0"]      # RSS is like for like only where these agree
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics(0.0244, 80.0)))
     assert ab_compare.main(["--runs-a", str(path), "--runs-b", str(path)]) == 0
