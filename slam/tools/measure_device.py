@@ -33,8 +33,8 @@ import psutil
 
 
 def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
-    """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MiB, largest
-    first (``top`` of them; None: all)."""
+    """RSS of process ``pid`` by mapping: [heap], [anon], [stack] and files by name, MB (10^6
+    bytes), largest first (``top`` of them; None: all)."""
     agg: collections.Counter = collections.Counter()
     name = "[anon]"
     try:
@@ -48,7 +48,7 @@ def smaps_breakdown(pid: int, top: Optional[int] = 12) -> dict:
                     agg[name] += int(line.split()[1])
     except OSError:
         return {}
-    return {k: v / 1024 for k, v in agg.most_common(top)}
+    return {k: v * 1024 / 1e6 for k, v in agg.most_common(top)}   # smaps' kB are KiB
 
 
 def used_mb() -> float:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     print(f"\nrun folder         {out}  (exit code {res['returncode']}, {res['wall_s']:.0f} s, device {res['device']})")
     print(f"frames             {res['frames']} ({res['keyframes']} keyframes), {res['spheres']} spheres")
     print(f"FPS                {f(res['fps_system'])} system, {f(res['fps_tracking'])} tracking alone")
-    print(f"process RSS        {f(res['peak_rss_run_mb'], '{:.0f}')} MiB peak during the run (metrics.json), "
+    print(f"process RSS        {f(res['peak_rss_run_mb'], '{:.0f}')} MB peak during the run (metrics.json), "
           f"{res['peak_rss_sampled_mb']:.0f} MB sampled peak incl. the end")
     print(f"GPU allocated      {f(res['peak_gpu_allocated_mb'], '{:.0f}')} MB peak (torch max_memory_allocated)")
     print(f"machine memory     +{res['system_used_rise_mb']:.0f} MB used at the peak ({res['system_used_before_mb']:.0f} -> "

@@ -36,7 +36,7 @@ from slam.tools.thread_sampler import package_frames
 
 def rss_by_mapping() -> dict:
     """RSS of this process by mapping name ([heap], [anon], [stack], file base names), MB."""
-    return {k: v * 1.048576 for k, v in smaps_breakdown(os.getpid(), top=None).items()}   # MiB -> MB
+    return smaps_breakdown(os.getpid(), top=None)
 
 
 class Stages:
