@@ -134,8 +134,8 @@ def current_rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this program (MB, 10^6 bytes, as every memory figure of a run; until
-    2026-12-07 this one was MiB, 4.9 % less): ``VmHWM`` of /proc/self/status, which starts
+    """Peak resident memory of this program (MB, 10^6 bytes, as every memory figure of a run; before
+    3fe543d this one was MiB, 4.9 % less): ``VmHWM`` of /proc/self/status, which starts
     afresh when the program is exec'd. getrusage's ``ru_maxrss`` (the fallback where /proc is
     missing) keeps the high-water mark across fork + exec, so a run started by a big process
     (pytest, a launcher) would report that parent's memory as its own."""
