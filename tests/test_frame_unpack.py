@@ -76,6 +76,20 @@ def test_camera_frames_and_keyframe_views_unpack_alike(device):
     assert float(obs.depth.min()) == 0.0 and not torch.isnan(obs.depth).any()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_keyframe_view_s_masks_are_those_of_its_own_images(device):
+    """The view's depth masks (the mapping loss's and densify's) follow ``observation()``'s
+    depth: NaN, infinite and negative depth are invalid there, not only in the float images."""
+    from rasterizer import depth_edge_mask
+
+    color, depth = _compact(24, 32, dtype=torch.float16)
+    kf = Keyframe(0, 0.0, np.eye(4), color.numpy(), depth.numpy(), np.eye(3))
+    view = KeyframeView.upload(kf, torch.device(device))
+    d = view.observation().depth
+    assert torch.equal(view.valid, d > 0) and torch.equal(view.depth_ok, depth_edge_mask(d))
+    assert not bool(view.valid.view(-1)[:4].any()) and not bool(view.depth_ok.view(-1)[:4].any())
+
+
 def test_float_colour_frames_are_refused():
     with pytest.raises(ValueError, match="uint8"):
         Observation.from_numpy(np.zeros((4, 5, 3), np.float32), np.zeros((4, 5), np.float32), np.eye(3),

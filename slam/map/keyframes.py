@@ -105,8 +105,10 @@ class KeyframeView:
     def derive(color: torch.Tensor, depth: torch.Tensor, K: torch.Tensor, T_cw: torch.Tensor) -> "KeyframeView":
         """The view of compact images already on the device (color (H, W, 3) uint8, depth (H, W)
         float16 metres; K (3, 3) float32 CPU; T_cw (4, 4) float32): its depth masks derived there
-        (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``)."""
-        d = depth.float()
+        (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``),
+        from the depth ``observation()`` gives (``unpack_frame``: finite and positive, else 0), so
+        the masks are those of the view's own float images."""
+        d = unpack_frame(color, depth)[1]
         return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d > 0)
 
     def observation(self) -> Observation:

@@ -184,7 +184,7 @@ class Mapper:
         else:
             out = self.smap.latest().render(obs.K, obs.width, obs.height, T_cw=invert(T_wc), backend=self.backend)
             mask = candidate_mask(obs, out, self.cfg, view.depth_ok)
-            valid = obs.depth > 0
+            valid = view.valid                   # obs.depth > 0: the view's masks are its images'
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
         vs, us = seed_pixels(mask, self.cfg, self.generator)
