@@ -72,7 +72,8 @@ def test_whole_runs_from_metrics(tmp_path, capsys):
     def metrics(ate_m, fps, gpu_ms=None, loops=None):
         m = {"trajectory": {"ate_rmse_m": ate_m}, "fps_system": fps, "fps_tracking": 240.0,
              "stage_ms": {"tracking_mean": 4.0, "mapping_mean": 28.0}, "tracking_failures": 0,
-             "peak_rss_mb": 1200.0, "loop_closure": None if loops is None else {"loops_closed": loops}}
+             "peak_rss_mb": 1200.0, "loop_closure": None if loops is None else {"loops_closed": loops},
+             "memory_over_time_mb": [[0, 800.0, 0.4], [60, 900.0 + loops if loops else 900.0, 3.5], [120, 1200.0, 6.5]]}
         if gpu_ms is not None:
             m["per_tracked_frame"] = {"gpu_ms": gpu_ms}
         return m
@@ -84,6 +85,8 @@ def test_whole_runs_from_metrics(tmp_path, capsys):
     assert rows["GPU ms a tracked frame"] == ["1.260 [1.250-1.270]", "-", "-"]   # a CPU run has none
     assert "peak GPU MB" not in rows                                              # in no run
     assert rows["loops closed"][:2] == ["1", "0"]      # RSS is like for like only where these agree
+    assert rows["RSS MB at the middle keyframe"][:2] == ["901", "900"]   # the middle row's RSS
+    assert ab_compare.run_value({"memory_over_time_mb": []}, (ab_compare.MIDDLE_RSS,)) is None
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics(0.0244, 80.0)))
     assert ab_compare.main(["--runs-a", str(path), "--runs-b", str(path)]) == 0
