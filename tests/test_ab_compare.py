@@ -86,7 +86,7 @@ def test_whole_runs_from_metrics(tmp_path, capsys):
     assert "peak GPU MB" not in rows                                              # in no run
     assert rows["loops closed"][:2] == ["1", "0"]      # RSS is like for like only where these agree
     assert rows["RSS MB at the middle keyframe"][:2] == ["901", "900"]   # the middle row's RSS
-    assert ab_compare.run_value({"memory_over_time_mb": []}, (ab_compare.MIDDLE_RSS,)) is None
+    assert ab_compare.rss_at_middle_keyframe({"memory_over_time_mb": []}) is None
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics(0.0244, 80.0)))
     assert ab_compare.main(["--runs-a", str(path), "--runs-b", str(path)]) == 0

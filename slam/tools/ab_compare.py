@@ -111,13 +111,17 @@ def kernel_rows(a: list, b: list, top: int) -> list:
     return rows
 
 
-# A derived figure: the process's RSS when the middle keyframe was mapped (``memory_over_time_mb``'s
-# middle row), before a sequence's loops close at its end (7-Scenes dev: keyframes 67-70 of 72),
-# where the peak of two runs that disagree on loops closed is not like for like.
-MIDDLE_RSS = "@rss_at_middle_keyframe"
+def rss_at_middle_keyframe(metrics: dict) -> Optional[float]:
+    """The process's RSS (MB) when the run's middle keyframe was mapped (``memory_over_time_mb``'s
+    middle row), before a sequence's loops close at its end (7-Scenes dev: keyframes 67-70 of 72),
+    where the peak of two runs that disagree on loops closed is not like for like; None if absent."""
+    rows = metrics.get("memory_over_time_mb") or []
+    row = rows[(len(rows) - 1) // 2] if rows else []
+    return run_value({"rss": row[1]} if len(row) > 1 else {}, ("rss",))
 
 
-# Whole runs (metrics.json of run_slam), in the order printed: (path of keys, label, digits, scale).
+# Whole runs (metrics.json of run_slam), in the order printed: (path of keys or a function of the
+# metrics, label, digits, scale).
 # Loops closed: a run that closes one holds gtsam and its graph (~65 MiB of peak RSS on an H100,
 # docs/benchmarks.md#host-memory), so RSS compares like for like only between runs that agree here.
 RUN_FIGURES = ((("trajectory", "ate_rmse_m"), "ATE cm", 2, 100.0), (("fps_system",), "FPS system", 1, 1.0),
@@ -129,16 +133,14 @@ RUN_FIGURES = ((("trajectory", "ate_rmse_m"), "ATE cm", 2, 100.0), (("fps_system
                (("tracking_waited_for_frames_s",), "tracker's wait for frames s", 2, 1.0),
                (("tracking_failures",), "frames flagged", 0, 1.0),
                (("loop_closure", "loops_closed"), "loops closed", 0, 1.0), (("peak_rss_mb",), "peak RSS MB", 0, 1.0),
-               ((MIDDLE_RSS,), "RSS MB at the middle keyframe", 0, 1.0), (("peak_gpu_mb",), "peak GPU MB", 0, 1.0))
+               (rss_at_middle_keyframe, "RSS MB at the middle keyframe", 0, 1.0), (("peak_gpu_mb",), "peak GPU MB", 0, 1.0))
 
 
-def run_value(metrics: dict, keys: tuple) -> Optional[float]:
-    """metrics[keys[0]][keys[1]]... (``(MIDDLE_RSS,)``: that derived figure); None where absent or not
-    a number."""
-    if keys == (MIDDLE_RSS,):
-        rows = metrics.get("memory_over_time_mb") or []
-        v = rows[(len(rows) - 1) // 2][1] if rows and len(rows[0]) > 1 else None
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def run_value(metrics: dict, keys) -> Optional[float]:
+    """metrics[keys[0]][keys[1]]... (``keys`` a function: keys(metrics)); None where absent or not a
+    number."""
+    if callable(keys):
+        return keys(metrics)
     v = metrics
     for k in keys:
         v = v.get(k) if isinstance(v, dict) else None
