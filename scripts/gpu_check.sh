@@ -62,6 +62,7 @@ CUDA_TESTS=(tests/test_rasterizer_cuda.py tests/test_rasterizer_ops.py tests/tes
             tests/test_sphere_map.py tests/test_frame_downsample.py
             tests/test_frame_edge_mask.py tests/test_frame_unroll.py tests/test_frame_unpack.py tests/test_median.py
             tests/test_observation_upload.py tests/test_render_loss.py tests/test_tensor_ops.py tests/test_densify.py
+            tests/test_pruner.py
             tests/test_step_graph.py)
 : > "$LOG/pytest_cuda.txt"
 failed_files=()

@@ -46,9 +46,10 @@ class Observation:
     def color_uint8(self) -> np.ndarray:
         """The colour as a host (H, W, 3) uint8 array, rounded to nearest (ties to even) on the host:
         ``round`` on a CUDA device would load its kernels into host memory for this use alone
-        (14 MB on an H100; docs/benchmarks.md#host-memory). Values outside [0, 1] saturate and NaN
-        (a broken frame) becomes 0, where a cast would be undefined."""
-        scaled = np.nan_to_num((self.color * 255.0).cpu().numpy(), nan=0.0)
+        (14 MB on an H100; docs/benchmarks.md#host-memory), and so is the scaling (``mul``'s, 8 MB).
+        Values outside [0, 1] saturate and NaN (a broken frame) becomes 0, where a cast would be
+        undefined."""
+        scaled = np.nan_to_num((self.color.cpu() * 255.0).numpy(), nan=0.0)
         return np.rint(np.clip(scaled, 0.0, 255.0)).astype(np.uint8)
 
     def downsampled(self, factor: int) -> "Observation":

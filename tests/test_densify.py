@@ -103,15 +103,16 @@ def _seeded(device: str, budget: int):
     smap.add(behind, torch.full((1200,), 0.05), torch.full((1200, 3), 0.5), torch.full((1200,), 0.99))
     smap.publish()
     mapper = Mapper(MappingConfig(), PrunerConfig(enabled=False), smap, KeyframeStore(4), backend=device)
-    added, _, _ = mapper._densify(KeyframeView.upload(kf, torch.device(device)), kf, device)
+    added, _, _ = mapper._densify(KeyframeView.upload(kf, torch.device(device)), kf)
     return added, smap.params[1200:smap.n].cpu()
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_mapper_cuts_new_seeds_to_the_budget_keeping_the_map_s_holes(device):
     """With no room for every seed, the mapper keeps those where the map renders the least alpha
-    (the holes), not the first in grid order; with room, every seed is added. The seeds are made
-    on the host from the keyframe's arrays: a GPU map gets the CPU map's rows, to the bit."""
+    (the holes), not the first in grid order; with room, every seed is added. The mask and the
+    seeds are made on the host from the keyframe's arrays and the render's images: a GPU map gets
+    the CPU map's rows, to the bit."""
     added, new = _seeded(device, 10_000)
     assert added == 300 and bool((new[:, 0] < 0).any()) and bool((new[:, 0] > 0).any())   # both halves
     added_tight, tight = _seeded(device, 1200 + 60)

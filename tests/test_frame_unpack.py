@@ -94,3 +94,15 @@ def test_float_colour_frames_are_refused():
     with pytest.raises(ValueError, match="uint8"):
         Observation.from_numpy(np.zeros((4, 5, 3), np.float32), np.zeros((4, 5), np.float32), np.eye(3),
                                torch.device("cpu"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_keyframe_view_s_valid_depth_is_finite_and_positive(device):
+    """KeyframeView.derive's masks: valid depth is finite and positive (unpack_frame's rule, read as
+    a cast, not a comparison); edge-free depth lies inside it."""
+    raw = torch.tensor([[0.0, -1.0, float("nan"), float("inf")], [1.5, 1.5, 1.5, 1e-3]], dtype=torch.float16)
+    color = torch.zeros(2, 4, 3, dtype=torch.uint8)
+    view = KeyframeView.derive(color.to(device), raw.to(device), torch.eye(3), torch.eye(4, device=device))
+    want = torch.tensor([[False, False, False, False], [True, True, True, True]])
+    assert view.valid.dtype == torch.bool and torch.equal(view.valid.cpu(), want)
+    assert not bool((view.depth_ok.cpu() & ~want).any())

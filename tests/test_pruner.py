@@ -1,4 +1,5 @@
 """Pruner scoring and removal rules, adaptivity, and the hard budget."""
+import pytest
 import torch
 
 from slam.config import PrunerConfig
@@ -77,3 +78,41 @@ def test_make_room_drops_least_important_to_fit_budget():
     assert torch.equal(m.active()[-5:], keep_best)        # the most important survived
     assert m.add(torch.rand(4, 3), torch.full((4,), 0.01), torch.full((4, 3), 0.5), torch.full((4,), 0.8)) == 4
     assert m.n == 10 == m.budget
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_round_on_a_device_map_runs_on_the_host_and_removes_what_the_cpu_map_does(device):
+    """The statistics live on the host whatever the map's device; the device's sums and masks
+    (the mapper's) are copied down; a GPU map loses the same rows as a CPU map, its rows and Adam
+    state compacted to the bit."""
+    def run(dev):
+        gen = torch.Generator().manual_seed(3)
+        m = SphereMap(dev, chunk=16)
+        m.add(torch.rand(40, 3, generator=gen), torch.full((40,), 0.01), torch.full((40, 3), 0.5),
+              torch.full((40,), 0.8))
+        m.params[5, 7] = -10.0                                    # transparent
+        m.exp_avg[:40] = torch.arange(40, dtype=torch.float32, device=dev)[:, None]
+        p = Pruner(PrunerConfig(window=1, threshold=0.5, weight_ema=0.0, explore_keep=1.0, revisit_prune=1.0,
+                                max_radius_px=50.0))
+        weight = torch.rand(40, generator=gen) * 10
+        weight[::7] = 0.01                                        # low
+        weight[3] = 0.0                                           # unseen
+        radius = torch.ones(40)
+        radius[11] = 80.0                                         # oversized
+        w, r = weight.to(dev), radius.to(dev)
+        p.record(m, w, w * 0.1, 1)
+        report = p.prune(m, 0.0, r, w > 0)
+        return m, report
+
+    m, report = run(device)
+    assert all(v.device.type == "cpu" for v in m.stats.values())
+    assert report.removed_transparent == 1 and report.removed_oversized == 1 and report.removed_low >= 1
+    if device != "cpu":
+        ref, ref_report = run("cpu")
+        assert report == ref_report and m.n == ref.n
+        assert torch.equal(m.params[:m.n].cpu(), ref.params[:ref.n])
+        assert torch.equal(m.exp_avg[:m.n].cpu(), ref.exp_avg[:ref.n])
+        assert torch.equal(m.params[m.n:40].cpu(), torch.zeros(40 - m.n, 8))

@@ -107,9 +107,11 @@ class KeyframeView:
         float16 metres; K (3, 3) float32 CPU; T_cw (4, 4) float32): its depth masks derived there
         (the mapper's CUDA graph derives them from its static copies, ``slam.mapping.step_graph``),
         from the depth ``observation()`` gives (``unpack_frame``: finite and positive, else 0), so
-        the masks are those of the view's own float images."""
+        the masks are those of the view's own float images; valid depth as a cast to bool of it: a
+        comparison's kernels would load into host memory on a GPU for this use alone
+        (docs/benchmarks.md#host-memory)."""
         d = unpack_frame(color, depth)[1]
-        return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d > 0)
+        return KeyframeView(color, depth, K, T_cw, depth_edge_mask(d), d.bool())
 
     def observation(self) -> Observation:
         """The keyframe as float images: colour (H, W, 3) in [0, 1], depth (H, W) metres."""

@@ -11,7 +11,10 @@ keyframe (``move_anchored``).
 
 The Adam moments and every per-sphere statistic live in tensors with the same row layout, so
 adding and removing spheres keeps the optimiser state consistent by construction: removal
-compacts every row-aligned tensor with the same index. Capacity grows in chunks; the hard budget
+compacts every row-aligned tensor with the same index. The statistics (``stats``, the pruner's)
+live on the host, whatever the map's device: the pruner's bookkeeping (a few masked medians,
+ratios and comparisons a keyframe) runs there, because on a GPU each of those operation families
+would load its kernels into host memory (docs/benchmarks.md#host-memory). Capacity grows in chunks; the hard budget
 (``max_spheres`` and/or megabytes) is never exceeded: ``add`` keeps the first rows that fit.
 
 Only the mapping thread writes a ``SphereMap``. The tracker reads ``MapSnapshot`` objects the
@@ -31,7 +34,7 @@ from slam.tensor_ops import at_least, clipped, logical_not
 
 PARAM_DIM = 8
 MEANS, LOG_RADIUS, COLOR, OPACITY = slice(0, 3), 3, slice(4, 7), 7
-# Per-sphere statistics kept for the pruner (row-aligned with params).
+# Per-sphere statistics kept for the pruner (row-aligned with params; on the host).
 STAT_NAMES = ("contribution", "error", "low_rounds", "age")
 
 
@@ -109,7 +112,7 @@ class SphereMap:
         self.exp_avg_sq = torch.zeros(0, PARAM_DIM, device=self.device)
         self.steps = torch.zeros(0, device=self.device)
         self.anchors = torch.zeros(0, dtype=torch.int32, device=self.device)
-        self.stats = {name: torch.zeros(0, device=self.device) for name in STAT_NAMES}
+        self.stats = {name: torch.zeros(0) for name in STAT_NAMES}   # host, whatever the device
         self._published: Optional[MapSnapshot] = None
         self._version = 0
         self._publish_lock = threading.Lock()
@@ -145,7 +148,7 @@ class SphereMap:
             return
         cap = min(self.budget, int(math.ceil(needed / self.chunk) * self.chunk))
         def grown(t: torch.Tensor) -> torch.Tensor:
-            out = torch.zeros((cap,) + tuple(t.shape[1:]), dtype=t.dtype, device=self.device)
+            out = torch.zeros((cap,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
             out[: self.n] = t[: self.n]
             return out
         self.params = grown(self.params)
@@ -189,20 +192,26 @@ class SphereMap:
         return m
 
     def remove(self, mask: torch.Tensor) -> int:
-        """Remove spheres where ``mask`` (N,) bool is True; compacts every row-aligned tensor.
-        Frozen rows are never removed (their mask entries are ignored) and keep their order."""
+        """Remove spheres where ``mask`` (N,) bool (any device) is True; compacts every row-aligned
+        tensor. Frozen rows are never removed (their mask entries are ignored) and keep their order.
+
+        The kept rows are chosen on the host; a device tensor is compacted through the host (its
+        live rows downloaded, gathered, uploaded: ~5 MB for 50k spheres, every ``pruner.every``
+        keyframes), because on a GPU the gather's and the mask's kernels would load into host
+        memory (docs/benchmarks.md#host-memory)."""
         if mask.shape[0] != self.n:
             raise ValueError(f"remove mask has {mask.shape[0]} entries for {self.n} spheres")
+        mask = mask.cpu()
         if self.frozen:
             mask = mask.clone()
             mask[: self.frozen] = False
-        keep = torch.nonzero(logical_not(mask.to(self.device)), as_tuple=False).squeeze(1)
+        keep = torch.nonzero(logical_not(mask), as_tuple=False).squeeze(1)
         k = int(keep.shape[0])
         removed = self.n - k
         if removed == 0:
             return 0
         for t in [self.params, self.exp_avg, self.exp_avg_sq, self.steps, self.anchors, *self.stats.values()]:
-            t[:k] = t[keep]
+            t[:k] = t[: self.n].cpu()[keep].to(t.device)
             t[k : self.n] = 0
         self.n = k
         return removed

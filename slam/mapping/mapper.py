@@ -146,7 +146,7 @@ class Mapper:
         self.keyframe_poses[kf.kf_id] = kf.T_wc.copy()
         # One upload of the new keyframe (compact) serves densification and the optimisation.
         newest = KeyframeView.upload(kf, device)
-        report.added, report.novelty, budget_removed = self._densify(newest, kf, device)
+        report.added, report.novelty, budget_removed = self._densify(newest, kf)
         dropped = self.store.add(kf)
         if dropped is not None:
             self.poses.forget(dropped.kf_id)
@@ -156,10 +156,11 @@ class Mapper:
         steps0 = self.poses.steps
         if self.cfg.iters > 0 and self.smap.n > 0:
             report.loss, report.pair_overflow, weight_sum, error_sum, renders = self._optimise(newest, window, device)
+            # the round's sums to the host once: the pruner's bookkeeping runs there (its module docstring)
+            weight_sum, error_sum = weight_sum[: self.smap.n].cpu(), error_sum[: self.smap.n].cpu()
             self.pruner.record(self.smap, weight_sum, error_sum, renders)
             if self.keyframes_seen % self.pruner.cfg.every == 0:
-                seen = weight_sum[: self.smap.n] > 0
-                report.pruned = self.pruner.prune(self.smap, report.novelty, self._screen_radius(kf, device), seen)
+                report.pruned = self.pruner.prune(self.smap, report.novelty, self._screen_radius(kf), weight_sum > 0)
         report.pruned.removed_budget = budget_removed
         for k in window:
             self.keyframe_poses[k.kf_id] = k.T_wc.copy()
@@ -172,34 +173,35 @@ class Mapper:
         return report
 
     # ------------------------------------------------------------------ steps
-    def _densify(self, view: KeyframeView, kf: Keyframe, device) -> tuple[int, float, int]:
-        """Seed spheres where the map is missing/wrong in keyframe ``kf`` (on the device as
-        ``view``); returns (added, novelty, removed to make room). The float images live only
-        for this call."""
-        obs = view.observation()
-        T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32, device=device)
+    def _densify(self, view: KeyframeView, kf: Keyframe) -> tuple[int, float, int]:
+        """Seed spheres where the map is missing/wrong in keyframe ``kf`` (``view``: its upload,
+        whose edge-free depth mask comes down); returns (added, novelty, removed to make room).
+        The map's render at the keyframe runs on the map's device; everything else on the host,
+        from the keyframe's own arrays (``Keyframe.observation``) and the render's images copied
+        down (~1 MB): the candidate mask, the seed pixels and the seeds themselves are a few
+        comparisons, gathers and back-projections a keyframe, whose kernel families would each
+        load into host memory on a GPU (docs/benchmarks.md#host-memory); ``SphereMap.add``
+        uploads the finished rows."""
+        host = kf.observation()
+        depth_ok = view.depth_ok.cpu()
+        T_wc = torch.as_tensor(kf.T_wc, dtype=torch.float32)
         if self.smap.n == 0:
-            mask = candidate_mask(obs, None, self.cfg, view.depth_ok)
+            mask = candidate_mask(host, None, self.cfg, depth_ok)
             priority, novelty = None, 1.0
         else:
-            out = self.smap.latest().render(obs.K, obs.width, obs.height, T_cw=invert(T_wc), backend=self.backend)
-            mask = candidate_mask(obs, out, self.cfg, view.depth_ok)
-            valid = view.valid                   # obs.depth > 0: the view's masks are its images'
+            out = self.smap.latest().render(host.K, host.width, host.height, T_cw=invert(T_wc).numpy(),
+                                            backend=self.backend)
+            out = rasterizer.RasterOutput(*(t.cpu() for t in out))
+            mask = candidate_mask(host, out, self.cfg, depth_ok)
+            valid = host.depth > 0
             novelty = float(((out.alpha < self.cfg.densify_alpha) & valid).sum()) / max(float(valid.sum()), 1.0)
             priority = out.alpha
         vs, us = seed_pixels(mask, self.cfg, self.generator)
         budget_removed = self.pruner.make_room(self.smap, int(vs.shape[0])) if self.pruner.cfg.enabled else 0
         room = self.smap.budget - self.smap.n
-        # The seeds are made on the host, from the keyframe's own arrays (those its view was
-        # uploaded from): a few thousand gathers and back-projections a keyframe, whose kernel
-        # families would each load into host memory on a GPU (docs/benchmarks.md#host-memory);
-        # SphereMap.add uploads the finished rows.
-        host = kf.observation()
-        vs, us = vs.cpu(), us.cpu()
         if priority is not None and vs.shape[0] > room:     # the budget cuts: keep the most needed
-            vs, us = most_needed(vs, us, priority.cpu(), room)
-        T_wc_host = torch.as_tensor(kf.T_wc, dtype=torch.float32)
-        means, radii, colors, opacities = seed_spheres(host, T_wc_host, vs, us, self.cfg)
+            vs, us = most_needed(vs, us, priority, room)
+        means, radii, colors, opacities = seed_spheres(host, T_wc, vs, us, self.cfg)
         return self.smap.add(means, radii, colors, opacities, kf.kf_id), novelty, budget_removed
 
     def _update(self, view: KeyframeView, stats, rows: torch.Tensor, room=None,
@@ -285,10 +287,11 @@ class Mapper:
         self._publish()
         return loss
 
-    def _screen_radius(self, kf: Keyframe, device) -> torch.Tensor:
-        """(N,) screen radius in px of every sphere in the newest keyframe (0 behind the camera)."""
-        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32, device=device)
-        means, radii, _, _ = self.smap.activated()
-        z = transform_points(T_cw, means.detach())[:, 2]
+    def _screen_radius(self, kf: Keyframe) -> torch.Tensor:
+        """(N,) screen radius in px of every sphere in the newest keyframe (0 behind the camera),
+        on the host (the pruner's input: the activated means and radii copied down)."""
+        T_cw = torch.as_tensor(invert(kf.T_wc), dtype=torch.float32)
+        means, radii, _, _ = (t.detach().cpu() for t in self.smap.activated())
+        z = transform_points(T_cw, means)[:, 2]
         f = float(kf.K[0, 0])
         return torch.where(z > 0.05, f * radii.detach() / at_least(z, 0.05), torch.zeros_like(z))

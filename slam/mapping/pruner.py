@@ -14,6 +14,10 @@ removed after ``window`` consecutive low rounds (young spheres get that many rou
 Also removed at once: transparent (opacity < min_opacity) and oversized (screen radius above
 max_radius_px in the newest keyframe) spheres.
 
+The statistics and every rule run on the host (``SphereMap.stats`` live there): a keyframe's few
+hundred kilobytes of sums come down once, and on a GPU the masked medians, ratios and comparisons
+would each load an operation family's kernels into host memory (docs/benchmarks.md#host-memory).
+
 Adaptive: ``adapt`` moves from ``explore_keep`` (novel view: many unexplained pixels, keep more)
 to ``revisit_prune`` (known view, relocalising or looping: prune harder) with the share of the new
 keyframe's pixels the map did not yet explain. The hard budget is enforced by ``make_room``.
@@ -60,15 +64,16 @@ class Pruner:
         self.cfg = cfg
 
     def record(self, smap: SphereMap, weight_sum: torch.Tensor, error_sum: torch.Tensor, renders: int) -> None:
-        """Fold one mapping round's sums (N,) into the EMA statistics of the seen spheres."""
+        """Fold one mapping round's sums (N,) (any device: copied to the host) into the EMA
+        statistics of the seen spheres."""
         n = smap.n
-        seen = weight_sum[:n] > 0
-        c_new = weight_sum[:n] / max(renders, 1)
-        e_new = error_sum[:n] / at_least(weight_sum[:n], 1e-12)
+        weight_sum, error_sum = weight_sum[:n].cpu(), error_sum[:n].cpu()
+        seen = weight_sum > 0
+        c_new = weight_sum / max(renders, 1)
+        e_new = error_sum / at_least(weight_sum, 1e-12)
         beta = self.cfg.weight_ema
         st = smap.stats
-        fresh = st["age"][:n] <= 0          # ages count rounds (>= 0); ``<=``, not ``==``: on CUDA
-        # ``==``'s kernels would load into host memory for this line alone (docs/benchmarks.md#host-memory)
+        fresh = st["age"][:n] <= 0          # ages count rounds (>= 0)
         for name, new in (("contribution", c_new), ("error", e_new)):
             old = st[name][:n]
             blended = torch.where(fresh, new, beta * old + (1 - beta) * new)
@@ -76,7 +81,7 @@ class Pruner:
         st["age"][:n] += seen.float()
 
     def importance(self, smap: SphereMap) -> torch.Tensor:
-        """(N,) importance scores (dimensionless, median-normalised)."""
+        """(N,) importance scores (dimensionless, median-normalised), on the host."""
         n = smap.n
         c = smap.stats["contribution"][:n]
         e = smap.stats["error"][:n]
@@ -89,7 +94,8 @@ class Pruner:
         """One prune round after a mapping step.
 
         screen_radius_px: (N,) radius in px in the newest keyframe (0 where not in view);
-        seen: (N,) bool, spheres that received blend weight this round.
+        seen: (N,) bool, spheres that received blend weight this round. Both on any device (the
+        rules run on the host).
         """
         report = PruneReport()
         if not self.cfg.enabled or smap.n == 0:
@@ -97,16 +103,17 @@ class Pruner:
         n = smap.n
         score = self.importance(smap)
         scored = smap.stats["age"][:n] > 0
-        ranked = score[scored]              # its size is known on the host: no any() (its own kernels)
+        ranked = score[scored]
         thr = self.cfg.threshold * adapt_factor(self.cfg, novelty) * (
-            lower_median(ranked) if ranked.numel() else torch.zeros((), device=score.device))
+            lower_median(ranked) if ranked.numel() else torch.zeros(()))
+        seen = seen[:n].cpu()
         low = (score < thr) & seen
         rounds = smap.stats["low_rounds"][:n]
         smap.stats["low_rounds"][:n] = torch.where(seen, torch.where(low, rounds + 1, torch.zeros_like(rounds)), rounds)
         remove_low = smap.stats["low_rounds"][:n] >= self.cfg.window
-        opacity = activate(smap.params[:n])[3]   # the map's kernel (torch.sigmoid's would load, 8 MB)
+        opacity = activate(smap.params[:n])[3].cpu()   # the map's kernel (torch.sigmoid's would load, 8 MB)
         transparent = opacity < self.cfg.min_opacity
-        oversized = screen_radius_px > self.cfg.max_radius_px
+        oversized = screen_radius_px[:n].cpu() > self.cfg.max_radius_px
         for m in (remove_low, transparent, oversized):
             m[: smap.frozen] = False   # a frozen saved map (localize) is never pruned
         report.removed_transparent = int(transparent.sum())
@@ -128,9 +135,8 @@ class Pruner:
         score = self.importance(smap)
         score = torch.where(smap.stats["age"][: smap.n] > 0, score, torch.full_like(score, float("inf")))
         score[: smap.frozen] = float("inf")
-        # the lowest scores (ties: the oldest rows first) by the sort the run already uses (topk's
-        # kernels would cost host memory, docs/benchmarks.md#host-memory)
+        # the lowest scores (ties: the oldest rows first), on the host
         victims = torch.argsort(score, stable=True)[:excess]
-        mask = torch.zeros(smap.n, dtype=torch.bool, device=score.device)
+        mask = torch.zeros(smap.n, dtype=torch.bool)
         mask[victims] = True
         return smap.remove(mask)
