@@ -76,3 +76,27 @@ def test_render_on_another_stream_waits_for_the_mappers_event():
     t.start()
     t.join()
     assert torch.equal(result["color"], expected.color)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_map_up_to_a_keyframe_renders_as_its_spheres_alone(device):
+    """``up_to`` culls the later keyframes' spheres (NaN centres) instead of gathering the kept
+    rows: its renders and the tracker's pass see exactly the kept spheres, to the bit, on every
+    backend of the device (and the PyTorch reference)."""
+    means, radii, colors, opac = _spheres(300, device)
+    anchors = (torch.arange(300, device=device) % 5).to(torch.int32)   # keyframes 0-4
+    snap = MapSnapshot(means, radii, colors, opac, version=1, anchors=anchors)
+    kept = anchors <= 2
+    alone = MapSnapshot(means[kept], radii[kept], colors[kept], opac[kept], version=1, anchors=anchors[kept])
+    old = snap.up_to(2)
+    assert old.means.shape == means.shape and bool(torch.isnan(old.means[~kept]).all())
+    for backend in ("auto", "reference"):
+        got = snap.render(K, W, H, T_wc=_pose(), backend=backend, max_anchor=2)
+        want = alone.render(K, W, H, T_wc=_pose(), backend=backend)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    assert snap.render(K, W, H, T_wc=_pose(), backend="cpu" if device == "cpu" else "auto").alpha.sum() \
+        > alone.render(K, W, H, T_wc=_pose()).alpha.sum()              # the culled spheres were in view

@@ -228,14 +228,17 @@ class LoopVerifier:
     @torch.no_grad()
     def render_agreement(self, kf: Keyframe, T_wc: np.ndarray, snap, max_anchor: Optional[int]) -> float:
         """Share of the pixels the map covers (valid depth) where the map rendered at ``T_wc``
-        agrees with ``kf``'s depth (within loop.depth_tol + quality.depth_noise_quad z^2)."""
+        agrees with ``kf``'s depth (within loop.depth_tol + quality.depth_noise_quad z^2). The
+        render runs on the map's device, the comparison on the host (the rendered depth and alpha
+        copied down: on a GPU its kernels would load into host memory for this use alone)."""
         h, w = kf.depth.shape
         out = snap.render(kf.K, w, h, T_wc=T_wc, backend=self.backend, max_anchor=max_anchor)
-        depth = torch.from_numpy(kf.depth.astype(np.float32)).to(out.depth.device)
-        covered = (out.alpha > RENDER_ALPHA) & (depth > 0)
+        rendered, alpha = out.depth.cpu().numpy(), out.alpha.cpu().numpy()
+        depth = kf.depth.astype(np.float32)
+        covered = (alpha > np.float32(RENDER_ALPHA)) & (depth > 0)
         n = int(covered.sum())
         if n == 0:
             return 0.0
-        tol = self.cfg.depth_tol + self.quad * depth * depth
-        agree = covered & ((out.depth - depth).abs() < tol)
+        tol = np.float32(self.cfg.depth_tol) + np.float32(self.quad) * depth * depth
+        agree = covered & (np.abs(rendered - depth) < tol)
         return float(agree.sum()) / n

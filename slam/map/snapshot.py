@@ -108,10 +108,14 @@ class MapSnapshot:
     def up_to(self, max_anchor: int) -> "MapSnapshot":
         """The spheres created by keyframes with ids up to ``max_anchor`` (and unanchored ones):
         the map as it was built by then, as a snapshot of its own (loop verification renders and
-        tracks against it)."""
+        tracks against it). The same rows, the later spheres' centres NaN: culled by every render
+        and by the tracker's pass (as the tracker's padding rows), so a render of it is the render
+        of the kept spheres alone, bit for bit. Not compacted: on a GPU the masked gathers'
+        kernels would load into host memory for this use (docs/benchmarks.md#host-memory)."""
         self.wait()
         if self.anchors is None:
             return self
-        keep = self.anchors <= max_anchor
-        return MapSnapshot(self.means[keep], self.radii[keep], self.colors[keep], self.opacities[keep], self.version,
-                           None, self.keyframe_poses, self.loop_edges, self.anchors[keep], self.loop_later)
+        later = self.anchors > max_anchor
+        means = torch.where(later[:, None], float("nan"), self.means)
+        return MapSnapshot(means, self.radii, self.colors, self.opacities, self.version,
+                           None, self.keyframe_poses, self.loop_edges, self.anchors, self.loop_later)
