@@ -241,22 +241,26 @@ class SphereMap:
     def move_anchored(self, corrections: dict) -> int:
         """Move every non-frozen sphere whose anchor keyframe id is a key of ``corrections``
         (id -> (4, 4) float64 world-frame correction C: new = C @ old) rigidly with it; returns how
-        many moved. Adam moments are kept (they are relative to the parameters)."""
+        many moved. Adam moments are kept (they are relative to the parameters). The centres are
+        moved on the host and written back as one slice (~0.4 MB for 35k spheres, once a loop
+        correction): on a GPU the search, gathers and scatters would each load their kernels into
+        host memory at the run's first correction (docs/benchmarks.md#host-memory)."""
         if not corrections or self.n == 0:
             return 0
-        ids = torch.tensor(sorted(corrections), dtype=torch.int32, device=self.device)
+        ids = torch.tensor(sorted(corrections), dtype=torch.int32)
         mats = torch.stack([torch.as_tensor(corrections[int(i)], dtype=torch.float32) for i in ids.tolist()])
-        mats = mats.to(self.device)
-        anchors = self.anchors[self.frozen:self.n]
+        anchors = self.anchors[self.frozen:self.n].cpu()
         slot = torch.searchsorted(ids, anchors).clamp_max(len(ids) - 1)
         hit = ids[slot] == anchors
-        rows = torch.nonzero(hit).squeeze(1) + self.frozen
+        rows = torch.nonzero(hit).squeeze(1)
         if rows.numel() == 0:
             return 0
         C = mats[slot[hit]]                                          # (M, 4, 4)
-        p = self.params[rows][:, MEANS]
+        means = self.params[self.frozen:self.n, MEANS].cpu()
+        p = means[rows]
         # broadcast and sum: no cuBLAS (see slam.geometry.transform_points)
-        self.params[rows, 0:3] = (C[:, :3, :3] * p[:, None, :]).sum(-1) + C[:, :3, 3]
+        means[rows] = (C[:, :3, :3] * p[:, None, :]).sum(-1) + C[:, :3, 3]
+        self.params[self.frozen:self.n, MEANS] = means.to(self.device)
         return int(rows.numel())
 
     # ------------------------------------------------------------------ publishing
