@@ -11,8 +11,10 @@
 #   at least (SYSTEM=1: the whole sequence). OUT_DIR: default $OUT, else ab_logs/. Options
 #   (environment): ROUNDS (2), BENCH (1), SYSTEM (0), PROFILE_ARGS (--map-frames 60 --frames 40),
 #   CONFIG (7scenes.yaml), SETS (extra KEY=VALUE words, --set for every profile and run),
-#   BENCH_ARGS (--no-cpu). Run from this checkout; PYTHONPATH may hold other packages (it is
-#   prefixed with each tree in turn).
+#   BENCH_ARGS (--no-cpu), ENV_A / ENV_B (VAR=VALUE words set for every command of side a / b:
+#   the same code in two environments, e.g. BASE_DIR an export of this checkout and
+#   ENV_B="MALLOC_MMAP_THRESHOLD_=131072"). Run from this checkout; PYTHONPATH may hold other
+#   packages (it is prefixed with each tree in turn).
 set -uo pipefail
 BASE=$(cd "${1:?usage: gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]}" && pwd) || exit 2
 DATA=${2:?usage: gpu_ab.sh BASE_DIR DATA_DIR [OUT_DIR]}
@@ -33,6 +35,7 @@ A_CACHE=/tmp/sphere_raster_cache_ab_base
 B_CACHE=${SPHERE_RASTER_CACHE:-/tmp/sphere_raster_cache}
 
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+[ -n "${ENV_A:-}${ENV_B:-}" ] && echo "environment: a: ${ENV_A:-(as is)}; b: ${ENV_B:-(as is)}"
 start=$(date +%s)
 # the kernels of the device the profiles run on (CUDA where present; the CPU kernel: a smoke test)
 BUILD="import torch; from rasterizer import _ext; _ext.ops('cuda' if torch.cuda.is_available() else 'cpu')"
@@ -47,10 +50,11 @@ sets=(--config "${CONFIG:-7scenes.yaml}")
 [ "$DATA" = - ] || sets+=(--set "data.path=$(cd "$DATA" && pwd)") || exit 2
 for s in ${SETS:-}; do sets+=(--set "$s"); done
 # on_side SIDE NAME CMD...: CMD in side a's (the base's) or b's tree, its output in $LOG/NAME.txt
-on_side() { local tree=$NEW cache=$B_CACHE name=$2
-  [ "$1" = a ] && tree=$BASE cache=$A_CACHE
+on_side() { local tree=$NEW cache=$B_CACHE name=$2 envs=${ENV_B:-}
+  [ "$1" = a ] && tree=$BASE cache=$A_CACHE envs=${ENV_A:-}
   shift 2
-  in_tree "$tree" "$cache" "$@" > "$LOG/$name.txt" 2>&1 \
+  # shellcheck disable=SC2086  # ENV_A / ENV_B: several VAR=VALUE words
+  in_tree "$tree" "$cache" env $envs "$@" > "$LOG/$name.txt" 2>&1 \
     || { echo "$name failed ($LOG/$name.txt):"; tail -n 15 "$LOG/$name.txt"; exit 2; }
 }
 profile() {  # profile SIDE ROUND
