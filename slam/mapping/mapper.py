@@ -294,4 +294,4 @@ class Mapper:
         means, radii, _, _ = (t.detach().cpu() for t in self.smap.activated())
         z = transform_points(T_cw, means)[:, 2]
         f = float(kf.K[0, 0])
-        return torch.where(z > 0.05, f * radii.detach() / at_least(z, 0.05), torch.zeros_like(z))
+        return torch.where(z > 0.05, f * radii / at_least(z, 0.05), torch.zeros_like(z))
